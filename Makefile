@@ -1,0 +1,65 @@
+# minirepro: `make test` (every check) and `make book` (the rendered book).
+# Each target creates .venv when missing and installs into it; the install is
+# skipped when pyproject.toml and requirements.lock have not changed.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.PHONY: help install book test unit goldens-check smoke goldens ledger lint lock clean
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export TQDM_DISABLE := 1
+export PYTHONHASHSEED := 0
+export MPLBACKEND := agg
+
+help:
+	@echo "make test     unit tests, the nbval goldens and a smoke-scale book build (what CI runs)"
+	@echo "make book     build the whole book at book scale and print where index.html is"
+	@echo "make smoke    build the book at smoke scale (warnings are errors)"
+	@echo "make goldens  re-make the smoke goldens (after changing a chapter)"
+	@echo "make ledger   re-run every chapter at book scale and refresh the claims ledger"
+	@echo "make lock     re-write requirements.lock from the installed environment"
+	@echo "make clean    remove the build, the runs and the venv"
+
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing into $(VENV) (a few minutes the first time)"
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock 2>&1 | { grep -v "^WARNING: Location" || true; }
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | { grep -v "^WARNING: Location" || true; }
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+book: install
+	$(BIN)/minirepro book --scale book
+
+smoke: install
+	$(BIN)/minirepro book --scale smoke
+
+unit: install
+	$(BIN)/python -m pytest tests/unit -q -n 2
+
+goldens-check: install
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --nbval-lax tests/goldens \
+	    --nbval-sanitize-with tests/goldens/sanitize.cfg --nbval-cell-timeout 300 -p no:cacheprovider
+
+test: unit goldens-check smoke
+	@echo "make test: all checks passed"
+
+goldens: install
+	$(BIN)/minirepro goldens
+
+ledger: install
+	$(BIN)/minirepro claims --update
+
+lint: install
+	$(BIN)/ruff check src tests/unit
+
+lock: install
+	$(BIN)/python -m pip freeze --exclude-editable --disable-pip-version-check \
+	    | sed -E 's/^torch==([0-9.]+)\+cpu$$/torch==\1/' | grep -v '^minirepro' > requirements.lock
+
+clean:
+	rm -rf _build runs $(VENV)

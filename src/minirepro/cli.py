@@ -1,0 +1,219 @@
+"""The ``minirepro`` command: list, run, sweep, claims, goldens, book, arena.
+
+Bad input (an unknown chapter, parameter, type or scale) prints one line naming
+the valid choices and exits with status 2, before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from minirepro.chapters import ChapterError, discover, get
+from minirepro.core.scale import SCALES
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _fail(message: str) -> int:
+    print(f"minirepro: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _parse_pairs(pairs: list[list[str]] | None, chapter_name: str, single: bool) -> dict:
+    chapter = get(chapter_name)
+    out: dict = {}
+    for item in pairs or []:
+        name, values = item[0], item[1:]
+        if name not in chapter.parameters:
+            raise ChapterError(f"chapter {chapter.name!r} has no parameter {name!r}; "
+                               f"its parameters: {', '.join(chapter.parameters)}")
+        if not values:
+            raise ChapterError(f"-p {name} needs a value")
+        is_list = chapter.parameters[name].type.startswith("list[")
+        if single:
+            if len(values) > 1 and not is_list:
+                raise ChapterError(f"-p {name} takes one value in `run` (got {len(values)}); "
+                                   f"use `minirepro sweep` for several")
+            out[name] = values if is_list else values[0]
+        else:
+            out[name] = [values] if is_list else values
+    return out
+
+
+def _cmd_list(args) -> int:
+    chapters = discover()
+    if args.json:
+        print(json.dumps([{"name": c.name, "folder": c.slug, "title": c.title,
+                           "parameters": {k: {"type": p.type, "default": p.default,
+                                              "optional": p.optional, "choices": p.choices,
+                                              "help": p.comment}
+                                          for k, p in c.parameters.items()}}
+                          for c in chapters], indent=2, default=str))
+        return 0
+    for c in chapters:
+        print(f"{c.name}  ({c.slug})  {c.title}")
+        for p in c.parameters.values():
+            print(f"    {p.describe():48s}  {p.comment}")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from minirepro.runner import RunFailed, run_chapter
+
+    params = _parse_pairs(args.p, args.chapter, single=True)
+    get(args.chapter).validate({**params, **({"scale": args.scale} if args.scale else {})})
+    try:
+        run = run_chapter(args.chapter, params, scale=args.scale,
+                          runs_dir=Path(args.runs_dir) if args.runs_dir else None,
+                          threads=args.threads, quiet_bars=args.quiet)
+    except RunFailed as exc:
+        print(f"minirepro: {exc}", file=sys.stderr)
+        return 1
+    res = run.results
+    print(f"finished {res['chapter']} in {res['seconds']:.1f} s: {run.folder}")
+    for k, v in res["metrics"].items():
+        print(f"  {k} = {v}")
+    for c in res["claims"]:
+        print(f"  claim {c['id']}: {c.get('verdict')}")
+    return 0
+
+
+def _cmd_sweep(args) -> int:
+    from minirepro.runner import sweep
+
+    grid = _parse_pairs(args.p, args.chapter, single=False)
+    if not grid:
+        return _fail("sweep needs at least one -p NAME VALUE [VALUE ...]")
+    folder = sweep(args.chapter, grid, jobs=args.jobs, scale=args.scale, backend=args.backend,
+                   runs_dir=Path(args.runs_dir) if args.runs_dir else None, metric=args.metric)
+    print((folder / "summary.md").read_text(), end="")
+    failed = sum(1 for r in json.loads((folder / "summary.json").read_text()) if not r["ok"])
+    print(f"sweep summary: {folder / 'summary.csv'}" +
+          (f" and {folder / 'sweep.png'}" if (folder / "sweep.png").exists() else ""))
+    if failed:
+        print(f"minirepro: {failed} run(s) failed; their partial notebooks are named in the table",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_claims(args) -> int:
+    from minirepro import ledger
+
+    if args.update is not None:
+        names = args.update or [c.name for c in discover()]
+        for n in names:
+            get(n)
+        for n in names:
+            path = ledger.update(n)
+            print(f"updated {path}")
+        return 0
+    print(ledger.markdown(fmt=args.format))
+    return 0
+
+
+def _cmd_goldens(args) -> int:
+    from minirepro.runner import RunFailed, make_golden
+
+    names = args.chapters or [c.name for c in discover()]
+    for n in names:
+        get(n)
+    status = 0
+    for n in names:
+        try:
+            print(f"golden: {make_golden(n)}")
+        except RunFailed as exc:
+            print(f"minirepro: {exc}", file=sys.stderr)
+            status = 1
+    return status
+
+
+def _cmd_book(args) -> int:
+    from minirepro.book import build
+
+    try:
+        index = build(args.scale, strict=not args.no_strict)
+    except RuntimeError as exc:
+        print(f"minirepro: {exc}", file=sys.stderr)
+        return 1
+    print(f"the book ({args.scale or 'book'} scale): {index}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="minirepro", description="Run the chapters of the minirepro book.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
+                                metavar="{list,run,sweep,claims,goldens,book,arena}")
+
+    p = sub.add_parser("list", help="chapters, their parameters and defaults")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_list)
+
+    for name, helptext in (("run", "run one chapter with parameters"),
+                           ("sweep", "run a chapter over a grid of parameters")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("chapter", help="chapter name, e.g. caffnet (see `minirepro list`)")
+        p.add_argument("-p", nargs="+", action="append", metavar=("NAME", "VALUE"),
+                       help="a parameter and its value" + (" (or values)" if name == "sweep" else ""))
+        p.add_argument("--scale", choices=SCALES, help="size preset (default: MINIREPRO_SCALE or book)")
+        p.add_argument("--runs-dir", help="where run folders go (default: runs/)")
+        if name == "run":
+            p.add_argument("--threads", type=int, help="torch threads in the kernel")
+            p.add_argument("--quiet", action="store_true", help="no progress bars")
+            p.set_defaults(func=_cmd_run)
+        else:
+            p.add_argument("-j", "--jobs", type=int, default=1, help="runs in parallel")
+            p.add_argument("--backend", default="loky",
+                           help="joblib backend: loky (local processes), or dask/ray if registered")
+            p.add_argument("--metric", help="the metric to plot (default: the first recorded)")
+            p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("claims", help="the claims ledger")
+    p.add_argument("--format", choices=("md", "csv", "json"), default="md")
+    p.add_argument("--update", nargs="*", metavar="CHAPTER",
+                   help="re-run chapters (all if none named) at book scale and store their claims")
+    p.set_defaults(func=_cmd_claims)
+
+    p = sub.add_parser("goldens", help="re-make the smoke-scale goldens")
+    p.add_argument("chapters", nargs="*", metavar="CHAPTER", help="chapters (default: all)")
+    p.set_defaults(func=_cmd_goldens)
+
+    p = sub.add_parser("book", help="build the whole book")
+    p.add_argument("--scale", choices=SCALES, help="default: MINIREPRO_SCALE or book")
+    p.add_argument("--no-strict", action="store_true", help="do not treat warnings as errors")
+    p.set_defaults(func=_cmd_book)
+
+    p = sub.add_parser("arena", help="the SpreadsheetArena web app (serve, export)", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_arena)
+    return parser
+
+
+def _cmd_arena(args) -> int:
+    try:
+        from minirepro.papers.spreadsheet_arena.cli import main as arena_main
+    except ImportError as exc:
+        return _fail(f"the arena is not available: {exc}")
+    return int(arena_main(list(args.rest)) or 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``minirepro`` console script."""
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    try:
+        return int(args.func(args) or 0)
+    except ChapterError as exc:
+        return _fail(str(exc))
+    except ValueError as exc:
+        return _fail(str(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""The book's plotting style: one seaborn theme and one colour per method name.
+
+A method keeps its colour on every page: ``color("GPM")`` is the same wherever
+GPM appears. Names the book knows are listed in ``METHOD_COLORS``; any other
+name gets a colour from a fixed palette chosen by a stable hash of the name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import matplotlib
+
+# A fixed, colour-blind-friendly palette (Okabe-Ito first, then tab20 extras).
+PALETTE: tuple[str, ...] = (
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442",
+    "#000000", "#8C564B", "#7F7F7F", "#BCBD22", "#17BECF", "#9467BD", "#AEC7E8",
+    "#FFBB78", "#98DF8A", "#FF9896", "#C5B0D5", "#C49C94", "#F7B6D2",
+)
+
+# Methods that appear in the book: the paper's own method is always a strong blue
+# or green, dense/exact references black, naive baselines grey or orange.
+METHOD_COLORS: dict[str, str] = {
+    # references
+    "dense": "#000000", "exact": "#000000", "oracle": "#7F7F7F", "joint": "#000000",
+    "solver": "#000000", "optimum": "#000000",
+    # CAffNet
+    "caffnet": "#0072B2", "caffnet (w=0)": "#56B4E9", "soft penalty": "#D55E00",
+    "hardnet-aff": "#E69F00", "fixed projection": "#009E73",
+    # SparseInfer
+    "sparseinfer": "#0072B2", "sparseinfer (similarity)": "#56B4E9", "random": "#BCBD22",
+    "static hot": "#E69F00", "per-token oracle": "#7F7F7F", "dejavu": "#CC79A7",
+    # RQ-MoE
+    "rq-moe": "#0072B2", "qinco": "#D55E00", "rq": "#009E73", "pq": "#E69F00",
+    "opq": "#CC79A7", "lsq": "#8C564B",
+    # MoCL
+    "mocl": "#0072B2", "gpm": "#D55E00", "ewc": "#009E73", "fine-tuning": "#7F7F7F",
+    "sgp": "#CC79A7", "trgp": "#CC79A7",
+    # TBPO
+    "tbpo-q": "#0072B2", "tbpo-a": "#56B4E9", "dpo": "#D55E00", "tdpo": "#E69F00",
+    "reference": "#7F7F7F",
+    # HCA
+    "hca": "#0072B2", "lime": "#D55E00", "majority": "#7F7F7F",
+}
+
+
+def _key(name: str) -> str:
+    return re.sub(r"\s+", " ", name.strip().lower())
+
+
+def color(name: str) -> str:
+    """The book-wide colour (a hex string) of a method or series name."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"color() needs a non-empty method name, got {name!r}")
+    key = _key(name)
+    if key in METHOD_COLORS:
+        return METHOD_COLORS[key]
+    digest = int(hashlib.sha1(key.encode()).hexdigest(), 16)
+    return PALETTE[digest % len(PALETTE)]
+
+
+def palette(names: list[str]) -> dict[str, str]:
+    """``{name: color(name)}`` for seaborn's ``palette=`` argument."""
+    return {n: color(n) for n in names}
+
+
+def use_style() -> None:
+    """Apply the book's theme (seaborn whitegrid, readable fonts, PNG figures)."""
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="notebook")
+    matplotlib.rcParams.update({
+        "figure.dpi": 100,
+        "savefig.dpi": 130,
+        "figure.figsize": (7.0, 4.0),
+        "axes.titleweight": "bold",
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "legend.frameon": False,
+        "svg.hashsalt": "minirepro",
+    })
+    try:  # inline figures as PNG: nbval skips PNG, so goldens check numbers, not pixels
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+        set_matplotlib_formats("png")
+    except Exception:  # outside IPython there is nothing to set
+        pass
+
+
+def savefig(fig: matplotlib.figure.Figure, name: str) -> Path | None:
+    """Save ``fig`` as ``<name>.png`` in ``MINIREPRO_FIGDIR`` (set by ``minirepro run``).
+
+    Returns the path written, or ``None`` when no figure folder is set (the book
+    build and the goldens show figures inline only).
+    """
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ValueError(f"figure name {name!r} must be letters, digits, '.', '_' or '-'")
+    folder = os.environ.get("MINIREPRO_FIGDIR")
+    if not folder:
+        return None
+    path = Path(folder) / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, bbox_inches="tight")
+    return path

@@ -1,0 +1,58 @@
+"""Scales (smoke, book, full) and dataclass configs with ``preset(scale)``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, ClassVar, Self
+
+SCALES: tuple[str, ...] = ("smoke", "book", "full")
+
+
+def resolve_scale(scale: str | None = None) -> str:
+    """Return a valid scale: ``scale`` if given, else ``MINIREPRO_SCALE``, else ``"book"``.
+
+    Raises:
+        ValueError: the scale is not one of ``SCALES``.
+    """
+    value = scale if scale is not None else os.environ.get("MINIREPRO_SCALE", "book")
+    if value not in SCALES:
+        raise ValueError(f"unknown scale {value!r}; expected one of {', '.join(SCALES)}")
+    return value
+
+
+@dataclasses.dataclass
+class ScaledConfig:
+    """Base for a chapter's config: subclasses declare fields and ``PRESETS``.
+
+    ``PRESETS`` maps a scale to the field values that differ from the defaults::
+
+        @dataclass
+        class Config(ScaledConfig):
+            n_train: int = 1000
+            PRESETS: ClassVar = {"smoke": {"n_train": 100}, "book": {}, "full": {"n_train": 10_000}}
+
+        cfg = Config.preset("smoke", n_train=50)   # explicit values win
+    """
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @classmethod
+    def preset(cls, scale: str | None = None, **overrides: Any) -> Self:
+        """The config for ``scale``, with any non-``None`` override applied on top."""
+        scale = resolve_scale(scale)
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = dict(cls.PRESETS.get(scale, {}))
+        unknown = set(values) - names
+        if unknown:
+            raise TypeError(f"{cls.__name__}.PRESETS[{scale!r}] names unknown fields {sorted(unknown)}")
+        for key, value in overrides.items():
+            if key not in names:
+                raise TypeError(f"{cls.__name__} has no field {key!r}; fields: {', '.join(sorted(names))}")
+            if value is not None:
+                values[key] = value
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (for tables and results)."""
+        return dataclasses.asdict(self)

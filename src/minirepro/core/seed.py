@@ -1,0 +1,54 @@
+"""Seeding and thread control, so the same parameters give the same outputs."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+
+DEFAULT_THREADS = 2
+
+
+def threads_from_env() -> int:
+    """The thread count to use: ``MINIREPRO_THREADS`` if set, else 2 (the CI machine)."""
+    raw = os.environ.get("MINIREPRO_THREADS", "")
+    if not raw:
+        return DEFAULT_THREADS
+    try:
+        n = int(raw)
+    except ValueError as exc:
+        raise ValueError(f"MINIREPRO_THREADS must be a positive integer, got {raw!r}") from exc
+    if n < 1:
+        raise ValueError(f"MINIREPRO_THREADS must be a positive integer, got {n}")
+    return n
+
+
+def set_seed(seed: int, threads: int | None = None, deterministic: bool = True) -> np.random.Generator:
+    """Seed Python, NumPy and torch, fix the thread count, and return a NumPy generator.
+
+    Args:
+        seed: a non-negative integer.
+        threads: intra-op threads for torch (default: ``MINIREPRO_THREADS`` or 2).
+        deterministic: ask torch for deterministic algorithms (warn-only, so an op
+            without a deterministic kernel still runs).
+
+    Returns:
+        ``np.random.default_rng(seed)``, for code that takes an explicit generator.
+    """
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = int(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    n_threads = threads if threads is not None else threads_from_env()
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    if torch.get_num_threads() != n_threads:
+        torch.set_num_threads(n_threads)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    return np.random.default_rng(seed)

@@ -1,0 +1,129 @@
+"""The claims ledger and the list of papers.
+
+``book/claims/<slug>.json`` holds a chapter's claims as measured at book scale by
+``minirepro claims --update``, together with the hash of the notebook that
+produced them (a test fails when the notebook changed since). The ledger page
+(``book/ledger.md``) and the papers page read these files when the book builds.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from minirepro.chapters import Chapter, discover, get, repo_root
+from minirepro.results import VERDICTS
+
+
+def notebook_sha(chapter: Chapter) -> str:
+    """SHA-256 (first 16 hex) of the chapter's notebook text."""
+    return hashlib.sha256(chapter.path.read_bytes()).hexdigest()[:16]
+
+
+def claims_path(chapter: Chapter, root: Path) -> Path:
+    return root / "book" / "claims" / f"{chapter.slug}.json"
+
+
+def _git_commit(root: Path) -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def update(name: str, root: Path | None = None, scale: str = "book") -> Path:
+    """Run a chapter at ``scale`` and store its claims in ``book/claims/<slug>.json``."""
+    from minirepro.runner import run_chapter
+
+    root = (root or repo_root()).resolve()
+    chapter = get(name, root)
+    run = run_chapter(chapter.name, {}, scale=scale, root=root, quiet_bars=True)
+    entry = {"chapter": chapter.name, "slug": chapter.slug, "title": chapter.title,
+             "scale": scale, "notebook_sha": notebook_sha(chapter),
+             "commit": _git_commit(root), "date": _dt.date.today().isoformat(),
+             "seconds": run.results["seconds"], "params": run.results["params"],
+             "metrics": run.results["metrics"], "claims": run.results["claims"]}
+    path = claims_path(chapter, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entry, indent=2, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def load(root: Path | None = None) -> list[dict[str, Any]]:
+    """Every chapter's ledger entry (chapters with none yet get an empty entry)."""
+    root = (root or repo_root()).resolve()
+    out = []
+    for ch in discover(root):
+        path = claims_path(ch, root)
+        if path.exists():
+            entry = json.loads(path.read_text(encoding="utf-8"))
+            entry["current"] = entry.get("notebook_sha") == notebook_sha(ch)
+        else:
+            entry = {"chapter": ch.name, "slug": ch.slug, "title": ch.title, "claims": [],
+                     "current": False, "missing": True}
+        out.append(entry)
+    return out
+
+
+def rows(root: Path | None = None) -> list[dict[str, Any]]:
+    """One row per claim of every chapter: chapter, id, statement, paper, measured, verdict, rule."""
+    table = []
+    for entry in load(root):
+        for c in entry["claims"]:
+            table.append({"chapter": entry["chapter"], "id": c["id"], "statement": c["statement"],
+                          "paper": c["paper_value"], "measured": c.get("measured"),
+                          "verdict": c.get("verdict"), "rule": c["rule"]})
+    return table
+
+
+def _cell(text: Any) -> str:
+    return str(text if text is not None else "(pending)").replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(root: Path | None = None, fmt: str = "md") -> str:
+    """The ledger as a markdown table (``fmt="md"``), CSV (``"csv"``) or JSON (``"json"``)."""
+    data = rows(root)
+    if fmt == "json":
+        return json.dumps(data, indent=2)
+    if fmt == "csv":
+        import pandas as pd
+
+        return pd.DataFrame(data, columns=["chapter", "id", "statement", "paper", "measured",
+                                           "verdict", "rule"]).to_csv(index=False)
+    if fmt != "md":
+        raise ValueError(f"unknown format {fmt!r}; expected one of md, csv, json")
+    lines = ["| chapter | claim | the paper | measured here | verdict |", "|---|---|---|---|---|"]
+    for r in data:
+        lines.append(f"| {r['chapter']} | {_cell(r['statement'])} | {_cell(r['paper'])} | "
+                     f"{_cell(r['measured'])} | **{_cell(r['verdict'])}** |")
+    return "\n".join(lines)
+
+
+def verdict_counts(root: Path | None = None) -> dict[str, int]:
+    """How many claims have each verdict."""
+    counts = {v: 0 for v in VERDICTS}
+    for r in rows(root):
+        if r["verdict"] in counts:
+            counts[r["verdict"]] += 1
+    return counts
+
+
+def papers(root: Path | None = None) -> list[dict[str, Any]]:
+    """The papers of ``book/papers.yml`` with their status: chapter or planned."""
+    root = (root or repo_root()).resolve()
+    listed = yaml.safe_load((root / "book" / "papers.yml").read_text(encoding="utf-8"))
+    have = {ch.number: ch for ch in discover(root)}
+    out = []
+    for p in listed:
+        ch = have.get(int(p["number"]))
+        out.append({**p, "status": "chapter" if ch else "planned",
+                    "doc": f"notebooks/{ch.slug}/{ch.name}" if ch else None})
+    return out

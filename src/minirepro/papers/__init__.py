@@ -1,0 +1,1 @@
+"""One module or subpackage per paper; a paper never imports another paper."""

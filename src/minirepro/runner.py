@@ -1,0 +1,360 @@
+"""Running chapters: jupytext -> papermill, run folders, sweeps, goldens.
+
+A run executes a chapter's notebook in a fresh kernel (papermill, in a
+subprocess with its own environment) inside a hidden staging folder
+``runs/<chapter>/.incomplete-<run-id>/``. Only when it finishes is the folder
+renamed to ``runs/<chapter>/<run-id>/``; a failed run is renamed to
+``runs/<chapter>/<run-id>-FAILED/`` holding ``<chapter>-FAILED.ipynb`` (the
+partial notebook) and ``error.txt``. So a folder without ``-FAILED`` and with
+``results.json`` is always a finished run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from minirepro.chapters import Chapter, ChapterError, get, repo_root
+from minirepro.core.scale import SCALES
+
+CELL_TIMEOUT = 600  # seconds a cell may take under `minirepro run`
+
+
+class RunFailed(RuntimeError):
+    """A chapter's notebook raised; ``.folder`` is where its partial notebook is."""
+
+    def __init__(self, message: str, folder: Path):
+        super().__init__(message)
+        self.folder = folder
+
+
+@dataclass(frozen=True)
+class Run:
+    """A finished run: its folder and the contents of its ``results.json``."""
+
+    folder: Path
+    results: dict[str, Any]
+
+
+def to_ipynb(chapter: Chapter, target: Path) -> Path:
+    """Write the chapter's MyST notebook as an ``.ipynb`` (jupytext) at ``target``."""
+    import jupytext
+
+    nb = jupytext.read(chapter.path)
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    jupytext.write(nb, target, fmt="ipynb")
+    return target
+
+
+def _params_hash(params: dict[str, Any]) -> str:
+    blob = json.dumps(params, sort_keys=True, default=str).encode()
+    return hashlib.sha1(blob).hexdigest()[:6]
+
+
+def make_run_id(params: dict[str, Any]) -> str:
+    """``YYYYmmdd-HHMMSS-<6 hex of the parameters>-<pid>``: sortable and unique."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{_params_hash(params)}-{os.getpid() % 10000:04d}{time.perf_counter_ns() % 100:02d}"
+
+
+def kernel_env(extra: dict[str, str]) -> dict[str, str]:
+    """The environment for a chapter's kernel: this one, plus ``extra``."""
+    env = dict(os.environ)
+    env.update(extra)
+    env.setdefault("PYTHONHASHSEED", "0")
+    env.setdefault("MPLBACKEND", "agg")
+    return env
+
+
+def execute(ipynb: Path, output: Path, params: dict[str, Any], env: dict[str, str],
+            cwd: Path, timeout: int = CELL_TIMEOUT, log: Path | None = None) -> None:
+    """Execute ``ipynb`` with papermill into ``output``; raise ``RuntimeError`` on failure."""
+    pfile = output.parent / ".params.yaml"
+    pfile.write_text(yaml.safe_dump(params), encoding="utf-8")
+    cmd = [sys.executable, "-m", "papermill", str(ipynb), str(output), "-f", str(pfile),
+           "-k", "python3", "--cwd", str(cwd), "--no-progress-bar", "--execution-timeout",
+           str(timeout), "--log-level", "ERROR"]
+    with open(log or os.devnull, "w", encoding="utf-8") as fh:
+        proc = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False)
+    pfile.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        tail = ""
+        if log and log.exists():
+            lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+            tail = lines[-1] if lines else ""
+        raise RuntimeError(tail or f"papermill exited with status {proc.returncode}")
+
+
+def run_chapter(name: str, params: dict[str, Any] | None = None, scale: str | None = None,
+                runs_dir: Path | None = None, root: Path | None = None,
+                threads: int | None = None, quiet_bars: bool = False) -> Run:
+    """Run one chapter with ``params`` and return the finished run.
+
+    Args:
+        name: chapter name (``caffnet``) or folder name (``07-caffnet``).
+        params: parameter overrides, validated against the ``parameters`` cell.
+        scale: shorthand for ``params["scale"]``.
+        runs_dir: where run folders go (default ``<root>/runs``).
+        threads: torch threads inside the kernel (``MINIREPRO_THREADS``).
+        quiet_bars: set ``TQDM_DISABLE=1`` in the kernel.
+
+    Raises:
+        ChapterError: unknown chapter, parameter or value (nothing is written).
+        RunFailed: the notebook raised; the partial notebook is kept and named.
+    """
+    root = (root or repo_root()).resolve()
+    chapter = get(name, root)
+    params = dict(params or {})
+    if scale is not None:
+        if "scale" in params and params["scale"] != scale:
+            raise ChapterError("give the scale once: --scale or -p scale, not both")
+        params["scale"] = scale
+    params = chapter.validate(params)
+    if "scale" in chapter.parameters:
+        params.setdefault("scale", os.environ.get("MINIREPRO_SCALE", "book"))
+        if params["scale"] not in SCALES:
+            raise ChapterError(f"unknown scale {params['scale']!r}; expected one of {', '.join(SCALES)}")
+    full_params = {k: p.default for k, p in chapter.parameters.items()}
+    full_params.update(params)
+
+    runs_dir = (runs_dir or root / "runs").resolve() / chapter.name
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    run_id = make_run_id(full_params)
+    stage = Path(tempfile.mkdtemp(prefix=f".incomplete-{run_id}-", dir=runs_dir))
+    stage.chmod(0o755)
+    ipynb = to_ipynb(chapter, stage / ".source.ipynb")
+    output = stage / f"{chapter.name}.ipynb"
+    extra = {"MINIREPRO_RESULTS": str(stage / ".kernel-results.json"),
+             "MINIREPRO_FIGDIR": str(stage / "figures"),
+             "MINIREPRO_ROOT": str(root),
+             "MINIREPRO_SCALE": str(full_params.get("scale", "book"))}
+    if threads is not None:
+        extra["MINIREPRO_THREADS"] = str(threads)
+        extra["OMP_NUM_THREADS"] = str(threads)
+    if quiet_bars:
+        extra["TQDM_DISABLE"] = "1"
+    t0 = time.perf_counter()
+    try:
+        execute(ipynb, output, params, kernel_env(extra), cwd=stage, log=stage / "papermill.log")
+    except (RuntimeError, KeyboardInterrupt) as exc:
+        failed = runs_dir / f"{run_id}-FAILED"
+        if output.exists():
+            output.rename(stage / f"{chapter.name}-FAILED.ipynb")
+        (stage / "error.txt").write_text(f"{exc}\n", encoding="utf-8")
+        ipynb.unlink(missing_ok=True)
+        stage.rename(failed)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise RunFailed(f"chapter {chapter.name!r} failed: {exc}; partial notebook in "
+                        f"{failed / (chapter.name + '-FAILED.ipynb')}", failed) from exc
+    seconds = time.perf_counter() - t0
+    kernel_results = stage / ".kernel-results.json"
+    recorded = json.loads(kernel_results.read_text()) if kernel_results.exists() else {}
+    results = {"chapter": chapter.name, "params": full_params,
+               "metrics": recorded.get("metrics", {}), "claims": recorded.get("claims", []),
+               "seconds": round(seconds, 2), "run_id": run_id}
+    (stage / "params.json").write_text(json.dumps(full_params, indent=2, default=str) + "\n")
+    (stage / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    kernel_results.unlink(missing_ok=True)
+    ipynb.unlink(missing_ok=True)
+    final = runs_dir / run_id
+    stage.rename(final)
+    return Run(final, results)
+
+
+def expand_grid(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the values in ``grid``, in order (the last name varies fastest)."""
+    if not grid:
+        return [{}]
+    names = list(grid)
+    for n in names:
+        if not grid[n]:
+            raise ChapterError(f"parameter {n!r} was given no values")
+    return [dict(zip(names, combo)) for combo in itertools.product(*(grid[n] for n in names))]
+
+
+def _sweep_one(name: str, params: dict[str, Any], scale: str | None, runs_dir: Path | None,
+               root: Path, threads: int) -> dict[str, Any]:
+    try:
+        run = run_chapter(name, params, scale=scale, runs_dir=runs_dir, root=root,
+                          threads=threads, quiet_bars=True)
+        return {"params": params, "ok": True, "folder": str(run.folder),
+                "metrics": run.results["metrics"], "seconds": run.results["seconds"],
+                "verdicts": {c["id"]: c.get("verdict") for c in run.results["claims"]}}
+    except RunFailed as exc:
+        return {"params": params, "ok": False, "folder": str(exc.folder), "error": str(exc),
+                "metrics": {}, "seconds": None, "verdicts": {}}
+
+
+def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | None = None,
+          backend: str = "loky", runs_dir: Path | None = None, root: Path | None = None,
+          metric: str | None = None) -> Path:
+    """Run a chapter over the grid of parameter values and write a summary.
+
+    Every run is validated before any starts. Runs go through joblib (``backend``:
+    ``loky`` for local processes, or any registered joblib backend such as
+    ``dask`` or ``ray``). A failing run does not stop the others. Writes
+    ``runs/<chapter>/sweep-<id>/`` with ``summary.csv``, ``summary.md``,
+    ``summary.json`` and ``sweep.png`` (``metric`` against the first swept
+    parameter, mean and spread over the others).
+
+    Returns:
+        The sweep folder.
+    """
+    from joblib import Parallel, delayed
+
+    root = (root or repo_root()).resolve()
+    chapter = get(name, root)
+    combos = expand_grid(grid)
+    for combo in combos:  # validate everything before running anything
+        checked = dict(combo)
+        if scale is not None:
+            checked["scale"] = scale
+        chapter.validate(checked)
+    grid = {k: [chapter.parameters[k].coerce(v) for v in vs] for k, vs in grid.items()}
+    combos = expand_grid(grid)
+    if jobs < 1:
+        raise ChapterError(f"-j must be at least 1, got {jobs}")
+    threads = max(1, (os.cpu_count() or 2) // jobs)
+    rows = Parallel(n_jobs=jobs, backend=backend)(
+        delayed(_sweep_one)(chapter.name, combo, scale, runs_dir, root, threads) for combo in combos)
+    base = (runs_dir or root / "runs").resolve() / chapter.name
+    folder = base / f"sweep-{make_run_id({'grid': grid, 'scale': scale})}"
+    folder.mkdir(parents=True)
+    write_summary(folder, rows, list(grid), metric)
+    return folder
+
+
+def write_summary(folder: Path, rows: list[dict[str, Any]], swept: list[str],
+                  metric: str | None = None) -> None:
+    """Write the sweep table (csv, md, json) and a plot of ``metric``."""
+    import pandas as pd
+
+    records = []
+    for row in rows:
+        rec = {**row["params"], "status": "ok" if row["ok"] else "FAILED",
+               "seconds": row["seconds"], **{f"metric:{k}": v for k, v in row["metrics"].items()},
+               **{f"claim:{k}": v for k, v in row["verdicts"].items()}, "folder": row["folder"]}
+        records.append(rec)
+    df = pd.DataFrame(records)
+    df.to_csv(folder / "summary.csv", index=False)
+    (folder / "summary.json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
+    shown = df.drop(columns=["folder"]).rename(columns=lambda c: c.split(":", 1)[-1])
+    (folder / "summary.md").write_text(_markdown_table(shown) + "\n")
+    numeric = [c for c in df.columns if c.startswith("metric:") and pd.api.types.is_numeric_dtype(df[c])]
+    if metric is not None:
+        if f"metric:{metric}" not in df.columns:
+            raise ChapterError(f"metric {metric!r} was not recorded; recorded: "
+                               f"{', '.join(c[7:] for c in numeric) or '(none)'}")
+        col = f"metric:{metric}"
+    elif numeric:
+        col = numeric[0]
+    else:
+        return
+    _plot_sweep(df[df.status == "ok"], swept, col, folder / "sweep.png")
+
+
+def _markdown_table(df) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        lines.append("| " + " | ".join("" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+                                       for v in r.tolist()) + " |")
+    return "\n".join(lines)
+
+
+def _plot_sweep(df, swept: list[str], col: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from minirepro.core.plotting import use_style
+
+    if df.empty or not swept:
+        return
+    use_style()
+    x = next((p for p in swept if p != "seed"), swept[0])
+    hue = [p for p in swept if p not in (x, "seed")]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    groups = df.groupby(hue) if hue else [("all", df)]
+    for key, sub in groups:
+        stats = sub.groupby(x)[col].agg(["mean", "std", "count"]).reset_index()
+        label = ", ".join(f"{h}={k}" for h, k in zip(hue, key if isinstance(key, tuple) else (key,))) or col[7:]
+        categorical = not pd.api.types.is_numeric_dtype(stats[x])
+        xs = stats[x].astype(str) if categorical else stats[x]
+        ax.errorbar(xs, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3,
+                    linestyle="none" if categorical else "-", label=label)
+    ax.set_xlabel(x)
+    ax.set_ylabel(col[7:])
+    ax.set_title(f"{col[7:]} against {x}" + (" (mean and std over seeds)" if "seed" in swept and x != "seed" else ""))
+    ax.legend()
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+
+
+GOLDEN_SCALE = "smoke"
+
+
+def make_golden(name: str, root: Path | None = None) -> Path:
+    """Execute a chapter at smoke scale and store it as ``tests/goldens/<slug>.ipynb``.
+
+    Bars are off (``TQDM_DISABLE=1``) and one thread count is fixed, so the stored
+    outputs are what nbval will see when it re-executes the golden in the tests.
+    """
+    import nbformat
+
+    root = (root or repo_root()).resolve()
+    chapter = get(name, root)
+    target = root / "tests" / "goldens" / f"{chapter.slug}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmpdir = Path(tmp)
+        ipynb = to_ipynb(chapter, tmpdir / "source.ipynb")
+        out = tmpdir / "golden.ipynb"
+        env = kernel_env({"MINIREPRO_SCALE": GOLDEN_SCALE, "TQDM_DISABLE": "1",
+                          "MINIREPRO_ROOT": str(root)})
+        env.pop("MINIREPRO_RESULTS", None)
+        env.pop("MINIREPRO_FIGDIR", None)
+        try:
+            execute(ipynb, out, {"scale": GOLDEN_SCALE} if "scale" in chapter.parameters else {},
+                    env, cwd=target.parent, log=tmpdir / "papermill.log")
+        except RuntimeError as exc:
+            raise RunFailed(f"golden for {chapter.name!r} failed: {exc}", tmpdir) from exc
+        nb = nbformat.read(out, as_version=4)
+    nb.metadata.pop("papermill", None)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:  # timings would make every re-made golden differ
+        cell.metadata.pop("papermill", None)
+        cell.metadata.pop("execution", None)
+    nbformat.write(nb, target)
+    return target
+
+
+def clean_failed(name: str | None = None, root: Path | None = None) -> list[Path]:
+    """Remove ``-FAILED`` and stale ``.incomplete-`` run folders; return what was removed."""
+    root = (root or repo_root()).resolve()
+    base = root / "runs"
+    if not base.exists():
+        return []
+    pattern = f"{name}/*" if name else "*/*"
+    removed = []
+    for p in base.glob(pattern):
+        if p.is_dir() and (p.name.endswith("-FAILED") or p.name.startswith(".incomplete-")):
+            shutil.rmtree(p)
+            removed.append(p)
+    return removed

@@ -1,0 +1,141 @@
+"""minirepro.core: seeding, scales and presets, progress, timing, plotting."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import ClassVar
+
+import numpy as np
+import pytest
+import torch
+
+from minirepro.core import (ScaledConfig, color, compare_times, median_time, progress,
+                            resolve_scale, set_seed, train_loop)
+from minirepro.core.datasets import digits, gaussian_mixture
+from minirepro.core.plotting import METHOD_COLORS, savefig
+
+
+def test_set_seed_makes_python_numpy_torch_repeat():
+    import random
+
+    def draw():
+        rng = set_seed(3)
+        return random.random(), np.random.rand(), torch.rand(2).tolist(), rng.random()
+
+    assert draw() == draw()
+    set_seed(4)
+    assert np.random.rand() != draw()[1]
+
+
+def test_set_seed_fixes_threads(monkeypatch):
+    monkeypatch.setenv("MINIREPRO_THREADS", "1")
+    set_seed(0)
+    assert torch.get_num_threads() == 1
+    set_seed(0, threads=2)
+    assert torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", True])
+def test_set_seed_rejects_bad_seeds(bad):
+    with pytest.raises(ValueError, match="seed"):
+        set_seed(bad)
+
+
+def test_resolve_scale(monkeypatch):
+    monkeypatch.delenv("MINIREPRO_SCALE", raising=False)
+    assert resolve_scale() == "book"
+    monkeypatch.setenv("MINIREPRO_SCALE", "smoke")
+    assert resolve_scale() == "smoke"
+    assert resolve_scale("full") == "full"
+    with pytest.raises(ValueError, match="smoke, book, full"):
+        resolve_scale("huge")
+
+
+@dataclasses.dataclass
+class _Cfg(ScaledConfig):
+    n: int = 100
+    lr: float = 0.1
+    PRESETS: ClassVar = {"smoke": {"n": 10}, "book": {}, "full": {"n": 1000, "lr": 0.01}}
+
+
+def test_preset_applies_scale_then_overrides():
+    assert _Cfg.preset("smoke").n == 10
+    assert _Cfg.preset("book").n == 100
+    assert _Cfg.preset("full", lr=None).lr == 0.01  # None keeps the preset
+    assert _Cfg.preset("smoke", n=7).n == 7
+    with pytest.raises(TypeError, match="no field 'm'"):
+        _Cfg.preset("smoke", m=1)
+
+
+def test_train_loop_keeps_losses_and_stops_on_nan():
+    losses = train_loop(lambda i: 10.0 - i, steps=10, log_every=3, desc="t")
+    assert losses == [10.0, 7.0, 4.0, 1.0]
+    with pytest.raises(FloatingPointError, match="step 2"):
+        train_loop(lambda i: float("nan") if i == 2 else 1.0, steps=5)
+    with pytest.raises(ValueError):
+        train_loop(lambda i: 0.0, steps=0)
+
+
+def test_progress_is_quiet_under_tqdm_disable(monkeypatch, capsys):
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert list(progress(range(3), desc="quiet")) == [0, 1, 2]
+    assert "quiet" not in capsys.readouterr().err
+
+
+def test_timing_medians_and_ratios():
+    import time
+
+    t = compare_times({"slow": lambda: time.sleep(0.004), "fast": lambda: None}, repeats=3)
+    assert t.medians["slow"] >= 0.003
+    assert t.speedups["fast"] > 10 and t.speedups["slow"] == 1.0
+    assert median_time(lambda: None, repeats=1) >= 0
+    with pytest.raises(ValueError):
+        compare_times({})
+    with pytest.raises(ValueError, match="baseline"):
+        compare_times({"a": lambda: None}, baseline="b")
+
+
+def test_colours_are_stable_and_distinct_for_known_methods():
+    assert color("GPM") == color("gpm ") == METHOD_COLORS["gpm"]
+    assert color("some new method") == color("Some New Method")
+    assert color("some new method").startswith("#")
+    with pytest.raises(ValueError):
+        color("")
+
+
+def test_savefig_writes_only_under_a_run(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+
+    fig, _ = plt.subplots()
+    monkeypatch.delenv("MINIREPRO_FIGDIR", raising=False)
+    assert savefig(fig, "a") is None
+    monkeypatch.setenv("MINIREPRO_FIGDIR", str(tmp_path))
+    assert savefig(fig, "a").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError):
+        savefig(fig, "../escape")
+    plt.close(fig)
+
+
+def test_datasets():
+    s = digits(seed=1)
+    assert s.X_train.shape[1] == 64 and 0 <= s.X_train.min() and s.X_train.max() <= 1
+    assert len(s.X_train) + len(s.X_test) == 1797
+    assert np.array_equal(digits(seed=1).y_test, s.y_test)
+    X, lab = gaussian_mixture(500, 16, 4, 3, seed=0)
+    assert X.shape == (500, 16) and set(np.unique(lab)) <= set(range(4))
+    assert np.array_equal(gaussian_mixture(50, 4, 2, 2, seed=5)[0], gaussian_mixture(50, 4, 2, 2, seed=5)[0])
+    with pytest.raises(ValueError):
+        gaussian_mixture(10, 4, 2, 5)
+    with pytest.raises(ValueError):
+        digits(test_fraction=1.5)
+
+
+def test_threads_env_is_validated(monkeypatch):
+    monkeypatch.setenv("MINIREPRO_THREADS", "zero")
+    with pytest.raises(ValueError, match="MINIREPRO_THREADS"):
+        set_seed(0)
+    os.environ.pop("MINIREPRO_THREADS", None)

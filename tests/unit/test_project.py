@@ -1,0 +1,103 @@
+"""Invariants of the book as a whole: install files agree, goldens and ledger are current."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+import yaml
+
+from minirepro import ledger
+from minirepro.chapters import discover
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTERS = discover(ROOT)
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~\[ ;]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_environment_yml_names_the_same_packages_as_pyproject():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda, pip = [], []
+    for item in env["dependencies"]:
+        if isinstance(item, dict):
+            pip += [p for p in item["pip"] if not p.startswith("-e")]
+        elif _name(item) not in {"python", "pip"}:
+            conda.append(item)
+    assert sorted(_name(d) for d in deps) == sorted(_name(d) for d in conda + pip)
+    # the same version ranges too
+    spec = {_name(d): d.replace(" ", "") for d in deps}
+    for d in conda + pip:
+        assert spec[_name(d)] == d.replace(" ", ""), d
+
+
+def test_lock_pins_every_dependency_and_torch_without_a_local_tag():
+    lock = {_name(line): line for line in (ROOT / "requirements.lock").read_text().splitlines()
+            if line and not line.startswith("#")}
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for d in deps:
+        assert _name(d) in lock, f"{_name(d)} is not in requirements.lock"
+        assert "==" in lock[_name(d)]
+    assert lock["torch"] == "torch==2.13.0"
+
+
+def test_toc_lists_every_chapter_and_only_existing_files():
+    toc = (ROOT / "_toc.yml").read_text()
+    files = re.findall(r"file:\s*(\S+)", toc)
+    for f in files:
+        assert (ROOT / f"{f}.md").exists() or (ROOT / f).exists(), f
+    for ch in CHAPTERS:
+        assert f"notebooks/{ch.slug}/{ch.name}" in files, f"{ch.slug} is not in _toc.yml"
+
+
+def test_papers_yml_lists_the_19_papers():
+    papers = ledger.papers(ROOT)
+    assert [p["number"] for p in papers] == list(range(1, 20))
+    assert {p["number"] for p in papers if p["status"] == "chapter"} == {c.number for c in CHAPTERS}
+
+
+def _code_cells(nb) -> list[str]:
+    return [c.source.strip() for c in nb.cells if c.cell_type == "code"
+            and "injected-parameters" not in c.metadata.get("tags", [])]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.slug)
+def test_golden_exists_and_its_code_equals_the_notebooks(chapter):
+    """nbval replays the golden's own inputs, so a stale golden would test old code."""
+    golden = ROOT / "tests" / "goldens" / f"{chapter.slug}.ipynb"
+    assert golden.exists(), f"no golden: run `minirepro goldens {chapter.name}`"
+    stored = nbformat.read(golden, as_version=4)
+    assert _code_cells(stored) == _code_cells(jupytext.read(chapter.path)), \
+        f"{golden.name} is stale: run `minirepro goldens {chapter.name}`"
+    checked = [c for c in stored.cells if c.cell_type == "code" and "NBVAL_CHECK_OUTPUT" in c.source]
+    assert checked, f"{chapter.name}: no cell marked # NBVAL_CHECK_OUTPUT"
+    assert any(o.get("output_type") == "stream" or o.get("data") for c in checked for o in c.outputs)
+    for cell in stored.cells:
+        for out in cell.get("outputs", []):
+            assert "image/svg+xml" not in out.get("data", {}), "figures must be PNG"
+            assert out.get("output_type") != "error", f"{golden.name} holds an error"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.slug)
+def test_ledger_entry_is_current(chapter):
+    entries = {e["chapter"]: e for e in ledger.load(ROOT)}
+    entry = entries[chapter.name]
+    assert not entry.get("missing"), f"no ledger entry: run `minirepro claims --update {chapter.name}`"
+    assert entry["current"], (f"{chapter.name} changed after its ledger entry: "
+                              f"run `minirepro claims --update {chapter.name}`")
+    assert entry["scale"] == "book" and entry["claims"]
+    for c in entry["claims"]:
+        assert c["verdict"] in {"reproduced", "partly", "not reproduced", "not testable at this scale"}
+        assert c["rule"].strip()
+
+
+def test_every_bib_key_is_unique():
+    keys = re.findall(r"@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text())
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
