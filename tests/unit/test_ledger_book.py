@@ -1,0 +1,67 @@
+"""The claims ledger and the book build's cache key."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from minirepro import ledger
+from minirepro.book import inputs_hash
+from minirepro.chapters import get
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _book_files(root: Path) -> None:
+    (root / "book" / "claims").mkdir(parents=True)
+    shutil.copy(ROOT / "book" / "papers.yml", root / "book" / "papers.yml")
+    (root / "src").mkdir()
+    (root / "src" / "m.py").write_text("x = 1\n")
+
+
+def test_ledger_reads_entries_and_flags_stale_ones(toy_book):
+    _book_files(toy_book)
+    ch = get("toy")
+    assert ledger.load()[0].get("missing")
+    entry = {"chapter": "toy", "slug": "01-toy", "title": "t", "scale": "book",
+             "notebook_sha": ledger.notebook_sha(ch),
+             "claims": [{"id": "c", "statement": "a | b", "paper_value": "1", "measured": "2",
+                         "verdict": "partly", "rule": "r"}]}
+    ledger.claims_path(ch, toy_book).write_text(json.dumps(entry))
+    assert ledger.load()[0]["current"]
+    md = ledger.markdown()
+    assert "a \\| b" in md and "**partly**" in md
+    assert ledger.verdict_counts()["partly"] == 1
+    assert "statement" in ledger.markdown(fmt="csv").splitlines()[0]
+    assert json.loads(ledger.markdown(fmt="json"))[0]["verdict"] == "partly"
+    ch.path.write_text(ch.path.read_text() + "\n")
+    assert not ledger.load()[0]["current"]  # the notebook moved on: stale
+
+
+def test_ledger_update_runs_the_chapter(toy_book):
+    _book_files(toy_book)
+    path = ledger.update("toy", scale="smoke")
+    entry = json.loads(path.read_text())
+    assert entry["claims"][0]["id"] == "positive" and entry["notebook_sha"]
+    assert ledger.papers()[0]["status"] == "chapter"  # paper 1 <-> 01-toy here
+
+
+def test_cache_key_follows_the_code(toy_book):
+    _book_files(toy_book)
+    before = inputs_hash(toy_book)
+    assert inputs_hash(toy_book) == before
+    (toy_book / "src" / "m.py").write_text("x = 2\n")
+    assert inputs_hash(toy_book) != before
+
+
+def test_plain_papermill_runs_a_chapter(toy_book, tmp_path):
+    ipynb, out = tmp_path / "toy.ipynb", tmp_path / "out.ipynb"
+    bindir = Path(sys.executable).parent
+    subprocess.run([str(bindir / "jupytext"), "--to", "ipynb", "-o", str(ipynb),
+                    str(toy_book / "notebooks" / "01-toy" / "toy.md")], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "papermill", str(ipynb), str(out), "-p", "scale", "smoke",
+                    "-p", "n", "3", "-k", "python3", "--no-progress-bar"], check=True, capture_output=True)
+    assert "claim" in out.read_text() or "positive" in out.read_text()
