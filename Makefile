@@ -43,7 +43,7 @@ unit: install
 
 goldens-check: install
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --nbval-lax tests/goldens \
-	    --nbval-sanitize-with tests/goldens/sanitize.cfg --nbval-cell-timeout 300 -p no:cacheprovider
+	    --nbval-sanitize-with tests/goldens/sanitize.cfg --nbval-cell-timeout 300 --nbval-current-env -p no:cacheprovider
 
 test: unit goldens-check smoke
 	@echo "make test: all checks passed"
