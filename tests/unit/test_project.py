@@ -101,3 +101,16 @@ def test_ledger_entry_is_current(chapter):
 def test_every_bib_key_is_unique():
     keys = re.findall(r"@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text())
     assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.slug)
+def test_chapter_code_cells_are_short_and_the_first_is_parameters(chapter):
+    nb = jupytext.read(chapter.path)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", []), "the first code cell must be `parameters`"
+    longest = max(len(c.source.splitlines()) for c in code)
+    assert longest <= 40, f"{chapter.name}: a code cell of {longest} lines: move the logic into src/"
+    text = chapter.path.read_text()
+    for needed in ("{cite", "```{bibliography}", "{exercise}", ":class: dropdown", "NBVAL_CHECK_OUTPUT",
+                   "What we reproduce"):
+        assert needed in text, f"{chapter.name}: no {needed!r}"

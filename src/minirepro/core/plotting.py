@@ -38,7 +38,8 @@ METHOD_COLORS: dict[str, str] = {
     "opq": "#CC79A7", "lsq": "#8C564B",
     # MoCL
     "mocl": "#0072B2", "gpm": "#D55E00", "ewc": "#009E73", "fine-tuning": "#7F7F7F",
-    "sgp": "#CC79A7", "trgp": "#CC79A7",
+    "sgp": "#CC79A7", "trgp": "#CC79A7", "mocl (no gate)": "#C5B0D5", "mocl (shannon)": "#56B4E9",
+    "mocl (hard projection)": "#17BECF", "mocl (no decay)": "#AEC7E8",
     # TBPO
     "tbpo-q": "#0072B2", "tbpo-a": "#56B4E9", "dpo": "#D55E00", "tdpo": "#E69F00",
     "reference": "#7F7F7F",

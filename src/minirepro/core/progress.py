@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tqdm.auto import tqdm
+from tqdm import TqdmWarning
+
+with warnings.catch_warnings():  # without ipywidgets, tqdm.auto falls back to text bars
+    warnings.simplefilter("ignore", TqdmWarning)
+    from tqdm.auto import tqdm
 
 
 def bars_disabled() -> bool:

@@ -1,0 +1,153 @@
+"""The local arena: a Flask app that shows blind pairs, takes votes and keeps a live leaderboard.
+
+``GET /`` shows a prompt and two anonymised workbooks (A and B) with four vote
+buttons; which generator wrote which stays on the server under a random
+pairing token until the vote is in. ``POST /vote`` records the vote and only
+then reveals the two generators. ``GET /leaderboard`` (and ``/api/leaderboard``
+as JSON) shows Bradley-Terry ratings with bootstrap intervals from all votes so
+far. Bad requests get 4xx pages; an unexpected failure is a plain 500 page,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from pathlib import Path
+
+import numpy as np
+from flask import Flask, abort, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from minirepro.papers.spreadsheet_arena.features import WorkbookError
+from minirepro.papers.spreadsheet_arena.generators import WorkbookGenerator, default_generators
+from minirepro.papers.spreadsheet_arena.prompts import Prompt, make_prompts
+from minirepro.papers.spreadsheet_arena.ratings import leaderboard
+from minirepro.papers.spreadsheet_arena.render import CSS, pair_html
+from minirepro.papers.spreadsheet_arena.store import VoteError, VoteStore
+
+CHOICES = {"a": "model_a", "b": "model_b", "tie": "tie", "both_bad": "both_bad"}
+_LABELS = {"a": "A is better", "b": "B is better", "tie": "Tie", "both_bad": "Both are bad"}
+
+
+def _page(title: str, body: str) -> str:
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>body{{font-family:sans-serif;margin:1.5em}}{CSS}"
+            "button{margin:.3em;padding:.4em 1em}</style></head><body>"
+            f"<nav><a href='/'>New battle</a> | <a href='/leaderboard'>Leaderboard</a></nav>{body}"
+            "</body></html>")
+
+
+def create_app(db_path: str | Path, seed: int = 0, n_per_category: int = 25,
+               generators: list[WorkbookGenerator] | None = None,
+               prompts: list[Prompt] | None = None, n_boot: int = 200) -> Flask:
+    """The arena app over a vote database at ``db_path`` (created if missing)."""
+    gens = list(generators) if generators is not None else default_generators()
+    if len(gens) < 2 or len({g.name for g in gens}) != len(gens):
+        raise ValueError("the arena needs at least two generators with distinct names")
+    plist = list(prompts) if prompts is not None else make_prompts(n_per_category, seed)
+    if not plist:
+        raise ValueError("the arena needs at least one prompt")
+    by_name = {g.name: g for g in gens}
+    by_prompt = {p.id: p for p in plist}
+    store = VoteStore(db_path)
+    rng = np.random.default_rng(seed)
+    lock = threading.Lock()
+    cache: dict[tuple[str, str], bytes] = {}
+
+    app = Flask("minirepro-spreadsheet-arena")
+    app.config.update(MAX_CONTENT_LENGTH=16 * 1024, PROPAGATE_EXCEPTIONS=False)
+    app.extensions["arena_store"] = store
+
+    def workbook(prompt: Prompt, name: str) -> bytes:
+        key = (prompt.id, name)
+        if key not in cache:
+            data = by_name[name].generate(prompt, seed)
+            with lock:
+                cache[key] = data
+        return cache[key]
+
+    @app.get("/")
+    def battle():
+        for _ in range(5):
+            with lock:
+                prompt = plist[int(rng.integers(len(plist)))]
+                a, b = rng.choice(len(gens), size=2, replace=False)
+            ma, mb = gens[int(a)].name, gens[int(b)].name
+            try:
+                body = pair_html(workbook(prompt, ma), workbook(prompt, mb), prompt.text)
+            except Exception as exc:  # noqa: BLE001 - a plugged-in model may fail in any way
+                app.logger.warning("skipping a pair: %s", exc if isinstance(exc, WorkbookError)
+                                   else type(exc).__name__)
+                continue  # an unusable workbook or a failing model: show another pair
+            token = store.new_pairing(prompt.id, prompt.category, ma, mb)
+            buttons = "".join(f"<button type='submit' name='choice' value='{k}'>{v}</button>"
+                              for k, v in _LABELS.items())
+            form = (f"<form method='post' action='/vote'><input type='hidden' name='token' "
+                    f"value='{html.escape(token, quote=True)}'>{buttons}</form>")
+            return _page("SpreadsheetArena", f"<h1>Which workbook is better?</h1>{body}{form}")
+        abort(503, "could not produce a valid pair of workbooks")
+
+    @app.post("/vote")
+    def vote():
+        data = request.get_json(silent=True) if request.is_json else request.form
+        if request.is_json and not isinstance(data, dict):
+            abort(400, "send token and choice as a form or a JSON object")
+        token, choice = data.get("token"), data.get("choice")
+        if not isinstance(token, str) or not token or not isinstance(choice, str):
+            abort(400, "both 'token' and 'choice' are required")
+        if choice not in CHOICES:
+            abort(400, f"choice must be one of {', '.join(CHOICES)}")
+        if store.pairing(token) is None:
+            abort(404, "unknown battle token")
+        try:
+            p = store.record_vote(token, CHOICES[choice])
+        except VoteError as exc:
+            abort(409, str(exc))
+        if request.is_json:
+            return jsonify(model_a=p.model_a, model_b=p.model_b, winner=CHOICES[choice])
+        text = by_prompt[p.prompt_id].text if p.prompt_id in by_prompt else p.prompt_id
+        body = (f"<h1>Thanks, vote recorded: {html.escape(_LABELS[choice])}</h1>"
+                f"<p>Prompt: {html.escape(text)}</p><p>Workbook A was <b>{html.escape(p.model_a)}"
+                f"</b>; workbook B was <b>{html.escape(p.model_b)}</b>.</p>"
+                "<p><a href='/'>Next battle</a></p>")
+        return _page("Vote recorded", body)
+
+    def board():
+        df = store.votes()
+        if len(df) == 0:
+            return None
+        models = sorted(set(df["model_a"]) | set(df["model_b"]))
+        anchor = "gen-minimal" if "gen-minimal" in models else models[0]
+        return leaderboard(df, models, n_boot, np.random.default_rng(seed), anchor=anchor).frame()
+
+    @app.get("/leaderboard")
+    def leaderboard_page():
+        fr = board()
+        if fr is None:
+            return _page("Leaderboard", "<h1>Leaderboard</h1><p>No votes yet.</p>")
+        rows = "".join(f"<tr><td>{k + 1}</td><td>{html.escape(r.model)}</td><td>{r.rating:.0f}</td>"
+                       f"<td>{r.lower:.0f} to {r.upper:.0f}</td><td>{r.battles}</td></tr>"
+                       for k, r in enumerate(fr.itertuples()))
+        body = ("<h1>Leaderboard</h1><table class='sheet'><tr><th>rank</th><th>model</th>"
+                "<th>rating</th><th>95% interval</th><th>battles</th></tr>"
+                f"{rows}</table><p>{store.n_votes()} votes; Bradley-Terry on the Elo scale, "
+                "intervals from a bootstrap over votes.</p>")
+        return _page("Leaderboard", body)
+
+    @app.get("/api/leaderboard")
+    def leaderboard_json():
+        fr = board()
+        return jsonify(votes=store.n_votes(), rows=[] if fr is None else fr.to_dict("records"))
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):
+        msg = html.escape(exc.description or exc.name)
+        return _page(f"{exc.code} {exc.name}", f"<h1>{exc.code} {html.escape(exc.name)}</h1>"
+                                              f"<p>{msg}</p>"), exc.code
+
+    @app.errorhandler(Exception)
+    def server_error(exc: Exception):  # noqa: ARG001 - never show a traceback
+        return _page("500", "<h1>500 Internal error</h1><p>Something went wrong.</p>"), 500
+
+    return app

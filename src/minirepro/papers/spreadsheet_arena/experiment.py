@@ -1,0 +1,275 @@
+"""The chapter's experiments, one function per step: pool, votes, ratings, coverage, style, expert."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+from scipy.stats import chi2, kendalltau
+
+from minirepro.core import ScaledConfig, progress
+from minirepro.papers.spreadsheet_arena import ratings as R
+from minirepro.papers.spreadsheet_arena.expert import expert_score, expert_table, pairwise_agreement
+from minirepro.papers.spreadsheet_arena.generators import default_generators
+from minirepro.papers.spreadsheet_arena.prompts import CATEGORIES, make_prompts
+from minirepro.papers.spreadsheet_arena.voters import (
+    VOTER_FEATURES,
+    Pool,
+    VoterModel,
+    build_pool,
+    expected_scores,
+    simulate_battles,
+)
+
+ANCHOR = "gen-minimal"
+
+
+def seeded(seed: int) -> np.random.Generator:
+    """Seed Python's and NumPy's global generators and return ``np.random.default_rng(seed)``.
+
+    ``minirepro.core.set_seed`` does the same and also seeds torch, which it imports;
+    this chapter uses no torch, and importing it would cost seconds of a smoke run.
+    Every random draw here comes from the returned generator.
+    """
+    import random
+
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    random.seed(int(seed))
+    np.random.seed(int(seed) % 2**32)
+    return np.random.default_rng(int(seed))
+
+
+@dataclass
+class Config(ScaledConfig):
+    """Sizes of the miniature: prompts per category, votes, bootstrap draws, repeats."""
+
+    n_per_category: int = 10
+    n_battles: int = 8000
+    n_boot: int = 300
+    n_reps: int = 50
+    n_orders: int = 20
+    k_factor: float = 16.0
+    PRESETS: ClassVar = {
+        "smoke": {"n_per_category": 2, "n_battles": 2000, "n_boot": 100, "n_reps": 20, "n_orders": 10},
+        "book": {},
+        "full": {"n_per_category": 100, "n_battles": 40000, "n_boot": 1000, "n_reps": 200,
+                 "n_orders": 50},
+    }
+
+
+def make_pool(cfg: Config, seed: int) -> Pool:
+    """Every stand-in generator's workbook for every prompt, featurised (bytes kept for rendering)."""
+    return build_pool(make_prompts(cfg.n_per_category, seed), default_generators(), seed,
+                      keep_bytes=True)
+
+
+def true_ratings(pool: Pool, voters: VoterModel, categories: tuple[str, ...] | None = None
+                 ) -> np.ndarray:
+    """The estimand: BT Elo ratings of the exact expected win matrix (what infinite votes give)."""
+    S = expected_scores(pool, voters, categories)
+    a = pool.generators.index(ANCHOR)
+    return R.to_elo(R.fit_bt(S, a), a)
+
+
+def coverage(pool: Pool, voters: VoterModel, cfg: Config, rng: np.random.Generator,
+             level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Coverage of percentile bootstrap intervals over ``cfg.n_reps`` fresh arenas.
+
+    Returns:
+        ``(hits, taus)``: hits (n_reps, K) booleans (the anchor is always covered and is
+        excluded by the caller), taus (n_reps,) Kendall tau of fitted vs true ratings.
+    """
+    truth = true_ratings(pool, voters)
+    a = pool.generators.index(ANCHOR)
+    hits, taus = [], []
+    for _ in progress(range(cfg.n_reps), desc="coverage"):
+        df = simulate_battles(pool, voters, cfg.n_battles, rng)
+        boot = R.bootstrap_bt(df, pool.generators, cfg.n_boot, rng, a)
+        lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2], axis=0)
+        hits.append((lo <= truth) & (truth <= hi))
+        fit = R.to_elo(R.fit_bt(R.win_matrix(df, pool.generators), a), a)
+        taus.append(kendalltau(fit, truth).statistic)
+    return np.array(hits), np.array(taus)
+
+
+def order_dependence(df: pd.DataFrame, models: list[str], n_orders: int, k_factor: float,
+                     rng: np.random.Generator) -> np.ndarray:
+    """Final online-Elo ratings under ``n_orders`` random orders of the same votes: (n_orders, K)."""
+    return np.stack([R.online_elo(df, models, k_factor, rng.permutation(len(df)))[-1]
+                     for _ in range(n_orders)])
+
+
+def battle_features(pool: Pool, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Voter features of each vote's two workbooks: two (n, F) arrays."""
+    pid = {p.id: i for i, p in enumerate(pool.prompts)}
+    gid = {g: i for i, g in enumerate(pool.generators)}
+    p = df["prompt_id"].map(pid).to_numpy()
+    return (pool.X[p, df["model_a"].map(gid).to_numpy()], pool.X[p, df["model_b"].map(gid).to_numpy()])
+
+
+@dataclass
+class StyleResult:
+    """Per-category style-controlled fits and the test that the categories share one gamma."""
+
+    fits: dict[str, R.StyleFit]
+    gamma: np.ndarray  # (C, F) fitted
+    se: np.ndarray  # (C, F)
+    planted: np.ndarray  # (C, F)
+    lr_stat: float
+    lr_df: int
+    lr_p: float
+
+    def frame(self) -> pd.DataFrame:
+        rows = [{"category": c, "feature": f, "planted": self.planted[i, j], "fitted": self.gamma[i, j],
+                 "se": self.se[i, j]} for i, c in enumerate(self.fits) for j, f in enumerate(VOTER_FEATURES)]
+        return pd.DataFrame(rows)
+
+
+def style_control(pool: Pool, df: pd.DataFrame, voters: VoterModel,
+                  categories: tuple[str, ...] = CATEGORIES) -> StyleResult:
+    """Feature-controlled Rao-Kupper per category, and a likelihood-ratio test of equal gamma.
+
+    The restricted model keeps per-category strengths (one anchor per category) and
+    shares gamma across categories; LR = 2 (sum of per-category log-lik - restricted log-lik),
+    chi-square with (C - 1) F degrees of freedom.
+    """
+    fa, fb = battle_features(pool, df)
+    a = pool.generators.index(ANCHOR)
+    fits = {}
+    for c in categories:
+        m = (df["category"] == c).to_numpy()
+        fits[c] = R.fit_style_control(df[m], fa[m], fb[m], pool.generators, anchor=a)
+    k = len(pool.generators)
+    joint = df.assign(model_a=df["category"] + ":" + df["model_a"],
+                      model_b=df["category"] + ":" + df["model_b"])
+    names = [f"{c}:{g}" for c in categories for g in pool.generators]
+    keep = joint["category"].isin(categories).to_numpy()
+    restricted = R.fit_style_control(joint[keep], fa[keep], fb[keep], names,
+                                     anchor=[i * k + a for i in range(len(categories))])
+    lr = 2.0 * (sum(f.loglik for f in fits.values()) - restricted.loglik)
+    dof = (len(categories) - 1) * len(VOTER_FEATURES)
+    return StyleResult(fits, np.stack([fits[c].gamma for c in categories]),
+                       np.stack([fits[c].gamma_se for c in categories]),
+                       voters.gamma_matrix(categories), float(lr), dof, float(chi2.sf(lr, dof)))
+
+
+@dataclass
+class ExpertResult:
+    """Finance: arena ratings, the expert table, their rank agreement, and vote-level agreement."""
+
+    table: pd.DataFrame  # one row per generator: rating, expert_score, best_practice, checks
+    top_model: str
+    top_best_practice: float
+    tau: float
+    pair_agreement: float
+
+
+def expert_comparison(pool: Pool, df: pd.DataFrame, category: str = "finance") -> ExpertResult:
+    """Arena (BT on ``category`` votes) against the best-practice checker on the same workbooks."""
+    cats = [p.category for p in pool.prompts]
+    tab = expert_table(pool.features, pool.generators, cats, category)
+    sub = df[df["category"] == category]
+    a = pool.generators.index(ANCHOR)
+    rating = R.to_elo(R.fit_bt(R.win_matrix(sub, pool.generators), a), a)
+    tab.insert(1, "arena_rating", [rating[pool.generators.index(m)] for m in tab["model"]])
+    tab = tab.sort_values("arena_rating", ascending=False, ignore_index=True)
+    pid = {p.id: i for i, p in enumerate(pool.prompts)}
+    gid = {g: i for i, g in enumerate(pool.generators)}
+    dec = sub[sub["winner"].isin(["model_a", "model_b"])]
+    score = {}
+
+    def s(p, g):
+        key = (pid[p], gid[g])
+        if key not in score:
+            score[key] = expert_score(pool.features[key[0]][key[1]])
+        return score[key]
+
+    win_a = dec["winner"] == "model_a"
+    w = [s(p, ma if wa else mb) for p, ma, mb, wa in zip(dec["prompt_id"], dec["model_a"],
+                                                         dec["model_b"], win_a)]
+    l_ = [s(p, mb if wa else ma) for p, ma, mb, wa in zip(dec["prompt_id"], dec["model_a"],
+                                                          dec["model_b"], win_a)]
+    tau = float(kendalltau(tab["arena_rating"], tab["expert_score"]).statistic)
+    return ExpertResult(tab, str(tab["model"][0]), float(tab["best_practice"][0]), tau,
+                        pairwise_agreement(np.array(w), np.array(l_)))
+
+
+def plain_vs_controlled(pool: Pool, style: StyleResult, voters: VoterModel) -> pd.DataFrame:
+    """Per category: Kendall tau of planted theta with style-controlled strengths b."""
+    theta = np.array([voters.theta[g] for g in pool.generators])
+    return pd.DataFrame([{"category": c, "tau_controlled_vs_theta": kendalltau(f.b, theta).statistic}
+                         for c, f in style.fits.items()])
+
+
+@dataclass
+class SeedRun:
+    """Everything one seed's arena gives: votes, leaderboard, online Elo spread, style, expert."""
+
+    seed: int
+    votes: pd.DataFrame
+    board: pd.DataFrame
+    orders: np.ndarray
+    style: StyleResult
+    expert: ExpertResult
+
+
+def run_seed(pool: Pool, voters: VoterModel, cfg: Config, seed: int) -> SeedRun:
+    """One simulated arena on the fixed pool: votes, BT + bootstrap, online Elo, style, expert."""
+    rng = seeded(seed)
+    votes = simulate_battles(pool, voters, cfg.n_battles, rng)
+    board = R.leaderboard(votes, pool.generators, cfg.n_boot, rng, anchor=ANCHOR).frame()
+    orders = order_dependence(votes, pool.generators, cfg.n_orders, cfg.k_factor, rng)
+    return SeedRun(seed, votes, board, orders, style_control(pool, votes, voters),
+                   expert_comparison(pool, votes))
+
+
+def style_checks(style: StyleResult, big: float = 0.5) -> dict[str, float | bool]:
+    """The quantities claim 2's rule reads: LR p-value, sign recovery, Wald coverage."""
+    strong = np.abs(style.planted) >= big
+    signs = bool(np.all(np.sign(style.gamma[strong]) == np.sign(style.planted[strong])))
+    cover = float(np.mean(np.abs(style.gamma - style.planted) <= 1.96 * style.se))
+    return {"lr_p": style.lr_p, "signs_ok": signs, "wald_coverage": cover}
+
+
+SHOWN_FEATURES = ("formula_share", "literal_formula_share", "style_score", "n_charts",
+                  "n_cond_formats", "n_sheets", "blue_input_share", "n_errors")
+
+
+def feature_table(pool: Pool, columns: tuple[str, ...] = SHOWN_FEATURES) -> pd.DataFrame:
+    """Mean extracted features per generator over its valid workbooks (rows: generators)."""
+    rows = []
+    for k, g in enumerate(pool.generators):
+        fs = [pool.features[p][k] for p in range(len(pool.prompts)) if pool.features[p][k]]
+        rows.append({"model": g, **{c: float(np.mean([f[c] for f in fs])) for c in columns}})
+    return pd.DataFrame(rows).set_index("model")
+
+
+def ranking_tau(board: pd.DataFrame, truth: dict[str, float]) -> float:
+    """Kendall tau between a leaderboard's ratings and the true ratings."""
+    return float(kendalltau(board["rating"], [truth[m] for m in board["model"]]).statistic)
+
+
+def rating_table(runs: list[SeedRun], truth: dict[str, float]) -> pd.DataFrame:
+    """Per generator: true rating, mean and s.d. over seeds of the fitted rating, mean interval
+    width, and the online-Elo spread (max - min over orders, mean over seeds)."""
+    rows = []
+    for m in truth:
+        r = [run.board.set_index("model").loc[m] for run in runs]
+        k = list(truth).index(m)
+        rows.append({"model": m, "true": truth[m], "fitted (mean)": np.mean([x["rating"] for x in r]),
+                     "fitted (sd)": np.std([x["rating"] for x in r]),
+                     "95% interval width": np.mean([x["upper"] - x["lower"] for x in r]),
+                     "online-Elo spread": np.mean([np.ptp(run.orders[:, k]) for run in runs])})
+    return pd.DataFrame(rows).sort_values("true", ascending=False, ignore_index=True)
+
+
+def mean_style_frame(runs: list[SeedRun]) -> pd.DataFrame:
+    """Planted vs fitted gamma averaged over seeds (s.e. averaged too), long format."""
+    frames = [run.style.frame() for run in runs]
+    out = frames[0][["category", "feature", "planted"]].copy()
+    out["fitted"] = np.mean([f["fitted"] for f in frames], axis=0)
+    out["se"] = np.mean([f["se"] for f in frames], axis=0)
+    return out

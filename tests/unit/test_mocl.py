@@ -1,0 +1,338 @@
+"""Tests of the MoCL chapter's module: Tsallis statistics, the gate, GPM, SGP, EWC, metrics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from minirepro.papers import mocl
+from minirepro.papers.mocl import methods, network, qstats
+
+FAST = settings(max_examples=40, deadline=None)
+probs = arrays(np.float64, st.integers(2, 12), elements=st.floats(0.01, 10.0)).map(
+    lambda x: x / x.sum())
+
+
+# --------------------------------------------------------------------------- q-statistics
+
+@FAST
+@given(x=st.floats(0.05, 20.0), q=st.floats(0.2, 2.5))
+def test_exp_q_inverts_ln_q(x, q):
+    assert qstats.exp_q(qstats.ln_q(x, q), q) == pytest.approx(x, rel=1e-9)
+
+
+@FAST
+@given(a=st.floats(-0.4, 0.4), b=st.floats(-0.4, 0.4), q=st.floats(0.2, 1.8))
+def test_q_product_law(a, b, q):
+    lhs = qstats.exp_q(a, q) * qstats.exp_q(b, q)
+    assert lhs == pytest.approx(qstats.exp_q(a + b + (1 - q) * a * b, q), rel=1e-9)
+
+
+def test_exp_q_special_cases():
+    x = np.linspace(0.0, 50.0, 101)
+    np.testing.assert_allclose(qstats.exp_q(-x, 2.0), 1.0 / (1.0 + x))  # q = 2: 1/(1+x)
+    z = np.linspace(-3.0, 3.0, 61)
+    np.testing.assert_allclose(qstats.exp_q(z, 0.0), np.maximum(0.0, 1.0 + z))  # q = 0: ramp
+    np.testing.assert_allclose(qstats.exp_q(z, 1.0), np.exp(z))
+    for q in (1 - 1e-5, 1 + 1e-5):  # continuity at q = 1
+        np.testing.assert_allclose(qstats.exp_q(z, q), np.exp(z), rtol=1e-4)
+    assert qstats.exp_q(-3.0, 0.5) == 0.0  # compact support below q = 1
+    assert qstats.exp_q(-1e6, 1.5) > 0.0  # power-law tail above q = 1
+
+
+@FAST
+@given(p=probs)
+def test_tsallis_tends_to_shannon(p):
+    shannon = -(p * np.log(p)).sum()
+    assert qstats.shannon_entropy(p) == pytest.approx(shannon, rel=1e-12)
+    errs = [abs(qstats.tsallis_entropy(p, 1 + d) - shannon) for d in (1e-1, 1e-2, 1e-3)]
+    assert errs[2] < errs[1] < errs[0] or errs[0] < 1e-12
+    assert errs[2] < 1e-2 * max(shannon, 1e-3) + 1e-9
+    assert qstats.tsallis_entropy(p, 1 - 1e-4) == pytest.approx(shannon, rel=1e-3, abs=1e-6)
+
+
+@FAST
+@given(n=st.integers(1, 50), q=st.floats(0.2, 3.0))
+def test_uniform_distribution(n, q):
+    p = np.full(n, 1.0 / n)
+    assert qstats.tsallis_entropy(p, q) == pytest.approx(float(qstats.ln_q(n, q)), abs=1e-9)
+    assert qstats.effective_rank(p, q) == pytest.approx(n, rel=1e-9)
+
+
+@FAST
+@given(p=probs, r=probs, q=st.floats(0.3, 2.5))
+def test_effective_rank_is_multiplicative_over_kronecker(p, r, q):
+    kron = np.outer(p, r).ravel()
+    assert qstats.effective_rank(kron, q) == pytest.approx(
+        qstats.effective_rank(p, q) * qstats.effective_rank(r, q), rel=1e-9)
+    # and it equals exp_q of the Tsallis entropy (the definition)
+    assert qstats.effective_rank(p, q) == pytest.approx(
+        float(qstats.exp_q(qstats.tsallis_entropy(p, q), q)), rel=1e-9)
+    assert 1.0 - 1e-9 <= qstats.effective_rank(p, q) <= p.size + 1e-9
+
+
+def test_q_statistics_reject_bad_input():
+    with pytest.raises(ValueError, match="positive"):
+        qstats.ln_q(np.array([1.0, 0.0]), 0.5)
+    with pytest.raises(ValueError, match="sum to 1"):
+        qstats.tsallis_entropy(np.array([0.5, 0.6]), 1.5)
+    with pytest.raises(ValueError, match="non-negative"):
+        qstats.tsallis_entropy(np.array([1.5, -0.5]), 1.5)
+    with pytest.raises(ValueError, match="empty"):
+        qstats.effective_rank(np.array([]), 1.5)
+    with pytest.raises(ValueError, match="q > 0"):
+        qstats.effective_rank(np.array([1.0]), -1.0)
+    with pytest.raises(ValueError, match="finite"):
+        qstats.exp_q(1.0, float("nan"))
+    with pytest.raises(ValueError, match="all-zero"):
+        qstats.normalise_spectrum(np.zeros(3))
+
+
+# --------------------------------------------------------------------------- Fisher factors
+
+def _stats(seed=0, n=30, sizes=(8, 6, 5, 3)):
+    g = torch.Generator().manual_seed(seed)
+    w = network.init_mlp(sizes, g)
+    X = torch.rand(n, sizes[0], generator=g)
+    return w, X, methods.layer_statistics(w, X, tuple(range(sizes[-1])), g)
+
+
+def test_layer_statistics_are_per_sample_gradients():
+    """g_l[n] a_l[n]^T summed over n is the weight gradient of the summed loss (autograd)."""
+    w, X, stats = _stats()
+    # recover the sampled labels' loss by re-using g of the last layer: softmax - onehot
+    logits, _, _ = network.forward(w, X)
+    y = (torch.softmax(logits, 1) - stats[-1][1]).argmax(1)
+    loss = torch.nn.functional.cross_entropy(logits, y, reduction="sum")
+    ref = torch.autograd.grad(loss, w)
+    for (a, g), r in zip(stats, ref):
+        torch.testing.assert_close(g.T @ a, r, rtol=1e-5, atol=1e-5)
+
+
+def test_kfac_is_exact_for_one_sample_and_diag_fisher_matches_brute_force():
+    w, X, stats = _stats(n=12)
+    for a, g in stats:
+        A, G = methods.kfac_factors(a[:1], g[:1])
+        vec = torch.kron(a[0], g[0])  # vec(g a^T), column-major
+        torch.testing.assert_close(torch.kron(A, G), torch.outer(vec, vec), rtol=1e-5, atol=1e-6)
+        per_sample = torch.stack([torch.outer(g[i], a[i]) for i in range(a.shape[0])])
+        torch.testing.assert_close(methods.diagonal_fisher(a, g), (per_sample ** 2).mean(0),
+                                   rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="same n"):
+        methods.kfac_factors(torch.ones(3, 2), torch.ones(4, 2))
+
+
+# --------------------------------------------------------------------------- the MoCL gate
+
+def test_gate_is_identity_when_factors_are_empty():
+    M = methods.metabolic_gate(np.zeros(5), np.zeros(4), q=1.5, beta=3.0)
+    assert np.array_equal(M, np.ones((5, 4)))
+    g = torch.Generator().manual_seed(1)
+    grad = torch.randn(5, 4, generator=g)
+    U_G, _ = torch.linalg.qr(torch.randn(5, 5, generator=g))
+    U_A, _ = torch.linalg.qr(torch.randn(4, 4, generator=g))
+    out = methods.gated_gradient(grad, U_G, torch.as_tensor(M, dtype=torch.float32), U_A)
+    torch.testing.assert_close(out, grad, rtol=1e-5, atol=1e-6)
+    # a MoCL object that has seen no task leaves gradients alone, as does gate=False
+    m = methods.MoCL("MoCL")
+    assert m.transform([grad], [grad]) == [grad]
+    off = methods.MoCL("MoCL (no gate)", gate=False)
+    w, X, stats = _stats()
+    off.remember(w, None, stats)
+    grads = [torch.randn_like(W) for W in w]
+    assert all(a is b for a, b in zip(off.transform(grads, w), grads))
+
+
+@FAST
+@given(seed=st.integers(0, 10_000), q=st.sampled_from([0.5, 1.0, 1.5, 2.0]),
+       beta=st.floats(0.1, 100.0))
+def test_gate_properties(seed, q, beta):
+    rng = np.random.default_rng(seed)
+    lam_G, lam_A = rng.pareto(1.5, 6) + 1e-3, rng.pareto(1.5, 7) + 1e-3  # heavy-tailed
+    M = methods.metabolic_gate(lam_G, lam_A, q, beta)
+    lam = np.outer(lam_G, lam_A)
+    assert M.shape == (6, 7) and np.all((M >= 0) & (M <= 1))
+    order = np.argsort(lam, axis=None)
+    assert np.all(np.diff(M.ravel()[order]) <= 1e-12)  # larger Fisher eigenvalue, smaller gate
+    # the gate depends on the spectrum's shape only (scale-invariant)
+    np.testing.assert_allclose(methods.metabolic_gate(7.0 * lam_G, 0.1 * lam_A, q, beta), M)
+    H = methods.metabolic_gate(lam_G, lam_A, q, beta, hard=True)
+    assert set(np.unique(H)) <= {0.0, 1.0}
+    if beta >= 1.0:  # tau <= lam_max (Hill numbers fall with q, r_q >= 1/p_max), so lam_max closes
+        assert H.ravel()[order[-1]] == 0.0
+
+
+def test_gated_gradient_closes_the_top_direction_exactly():
+    g = torch.Generator().manual_seed(2)
+    U_G, _ = torch.linalg.qr(torch.randn(4, 4, generator=g, dtype=torch.float64))
+    U_A, _ = torch.linalg.qr(torch.randn(3, 3, generator=g, dtype=torch.float64))
+    M = torch.ones(4, 3, dtype=torch.float64)
+    M[0, 0] = 0.0
+    grad = torch.randn(4, 3, generator=g, dtype=torch.float64)
+    out = methods.gated_gradient(grad, U_G, M, U_A)
+    assert abs(float(U_G[:, 0] @ out @ U_A[:, 0])) < 1e-12
+    torch.testing.assert_close(grad - out, (U_G[:, 0] @ grad @ U_A[:, 0])
+                               * torch.outer(U_G[:, 0], U_A[:, 0]))
+
+
+def test_metabolism_decays_old_tasks():
+    A1, A2 = torch.diag(torch.tensor([2.0, 0.0])), torch.diag(torch.tensor([0.0, 5.0]))
+    acc = methods.accumulate_factor(None, A1, 0.5)
+    torch.testing.assert_close(acc, torch.diag(torch.tensor([1.0, 0.0])))
+    acc = methods.accumulate_factor(acc, A2, 0.5)
+    torch.testing.assert_close(acc, torch.diag(torch.tensor([0.5, 1.0])))
+    with pytest.raises(ValueError, match="gamma"):
+        methods.accumulate_factor(acc, A2, 1.5)
+
+
+def test_gate_rejects_bad_input():
+    with pytest.raises(ValueError, match="non-negative"):
+        methods.metabolic_gate(np.array([1.0, -1.0]), np.ones(2), 1.5, 1.0)
+    with pytest.raises(ValueError, match="beta"):
+        methods.metabolic_gate(np.ones(2), np.ones(2), 1.5, 0.0)
+    with pytest.raises(ValueError, match="non-empty"):
+        methods.metabolic_gate(np.ones(0), np.ones(2), 1.5, 1.0)
+    with pytest.raises(ValueError, match="shapes disagree"):
+        methods.gated_gradient(torch.ones(2, 3), torch.eye(2), torch.ones(2, 2), torch.eye(3))
+
+
+# --------------------------------------------------------------------------- GPM and SGP
+
+def test_gpm_projection_keeps_old_responses_to_first_order():
+    """After GPM stores a task's full subspaces, a projected step changes old outputs only at O(eps^2)."""
+    w, X, stats = _stats(seed=3, n=4, sizes=(10, 12, 12, 3))  # n < widths: subspaces are proper
+    bases = [methods.gpm_update_bases(None, a.T, 1.0) for a, _ in stats]
+    assert all(M.shape[1] <= 4 for M in bases)
+    g = torch.Generator().manual_seed(4)
+    raw = [torch.randn(W.shape, generator=g) for W in w]
+    proj = [methods.gpm_project(d, M) for d, M in zip(raw, bases)]
+    a0 = stats[0][0]
+    assert float((proj[0] @ a0.T).abs().max()) < 1e-5  # exact at the first layer
+
+    def out(eps, steps):
+        with torch.no_grad():
+            return network.forward([W - eps * d for W, d in zip(w, steps)], X)[0].double()
+
+    base = out(0.0, proj)
+    changes = {e: float((out(e, proj) - base).norm()) for e in (1e-1, 1e-2)}
+    raw_change = float((out(1e-2, raw) - base).norm())
+    assert changes[1e-2] < 1e-2 * raw_change + 1e-6  # no first-order change, unlike raw steps
+    assert changes[1e-1] > 10 * changes[1e-2] or changes[1e-1] < 1e-5  # second order (or zero)
+
+
+def test_gpm_energy_threshold_and_growth():
+    g = torch.Generator().manual_seed(5)
+    R = torch.randn(8, 3, generator=g) @ torch.randn(3, 40, generator=g)  # rank 3
+    M = methods.gpm_update_bases(None, R, 0.999999)
+    assert M.shape == (8, 3)
+    torch.testing.assert_close(M.T @ M, torch.eye(3), atol=1e-5, rtol=0)
+    S = torch.linalg.svdvals(R.double())
+    k = methods.gpm_update_bases(None, R, 0.5).shape[1]
+    energy = torch.cumsum(S ** 2, 0) / (S ** 2).sum()
+    assert k == int((energy < 0.5).sum()) + 1  # the smallest k reaching the threshold
+    assert methods.gpm_update_bases(M, R, 0.99).shape[1] == 3  # nothing new to add
+    R2 = torch.randn(8, 40, generator=g)
+    M2 = methods.gpm_update_bases(M, R2, 0.99)
+    torch.testing.assert_close(M2[:, :3], M)
+    torch.testing.assert_close(M2.T @ M2, torch.eye(M2.shape[1]), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="threshold"):
+        methods.gpm_update_bases(None, R, 1.5)
+    with pytest.raises(ValueError, match=r"\(d, n\)"):
+        methods.gpm_update_bases(None, torch.ones(8, 0), 0.9)
+
+
+def test_sgp_importance_and_scaled_projection():
+    sigma = torch.tensor([4.0, 2.0, 0.0])
+    lam = methods.sgp_importance(sigma, 10.0)
+    torch.testing.assert_close(lam, torch.tensor([1.0, 22.0 / 24.0, 0.0]))
+    M = torch.eye(3)[:, :2]
+    grad = torch.ones(2, 3)
+    out = methods.gpm_project(grad, M, lam[:2])
+    torch.testing.assert_close(out, torch.tensor([[0.0, 2.0 / 24.0, 1.0]] * 2))
+    with pytest.raises(ValueError, match="alpha"):
+        methods.sgp_importance(sigma, 0.0)
+
+
+# --------------------------------------------------------------------------- metrics, streams
+
+def test_metrics_on_a_known_matrix():
+    R = np.array([[0.9, 0.1, 0.1], [0.7, 0.8, 0.1], [0.5, 0.6, 0.9]])
+    assert mocl.average_accuracy(R) == pytest.approx((0.5 + 0.6 + 0.9) / 3)
+    assert mocl.backward_transfer(R) == pytest.approx(((0.5 - 0.9) + (0.6 - 0.8)) / 2)
+    np.testing.assert_allclose(mocl.plasticity(R), [0.9, 0.8, 0.9])
+    assert mocl.late_plasticity(R) == pytest.approx(0.85)
+    assert mocl.backward_transfer(np.array([[0.7]])) == 0.0
+    with pytest.raises(ValueError, match="square"):
+        mocl.average_accuracy(np.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        mocl.backward_transfer(np.full((2, 2), 1.5))
+
+
+def test_benchmarks():
+    tasks = mocl.permuted_digits(3, seed=0, n_train=100)
+    assert [t.X_train.shape for t in tasks] == [(100, 64)] * 3
+    # same images, pixels permuted: the sorted pixel values of each image agree
+    torch.testing.assert_close(tasks[1].X_train.sort(1).values, tasks[0].X_train.sort(1).values)
+    assert not torch.equal(tasks[1].X_train, tasks[0].X_train)
+    split = mocl.split_digits(5, seed=0)
+    assert [t.classes for t in split] == [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
+    assert all(set(t.y_train.tolist()) == set(t.classes) for t in split)
+    with pytest.raises(ValueError, match="1 to 5"):
+        mocl.split_digits(6)
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        mocl.make_benchmark("rotated", 3)
+    with pytest.raises(ValueError, match="n_tasks"):
+        mocl.permuted_digits(0)
+
+
+def test_config_and_method_names():
+    cfg = mocl.MoCLConfig.preset("smoke")
+    assert cfg.n_tasks < mocl.MoCLConfig.preset("book").n_tasks
+    assert mocl.MoCLConfig.preset("book", benchmark="split").n_tasks == 5
+    for name in mocl.METHODS + mocl.ABLATIONS:
+        assert mocl.make_method(name, cfg).name == name
+    with pytest.raises(ValueError, match="unknown method"):
+        mocl.make_method("LwF", cfg)
+    with pytest.raises(ValueError, match="benchmark"):
+        mocl.MoCLConfig.preset("smoke", benchmark="cifar")
+
+
+def test_tiny_stream_is_deterministic_and_no_gate_equals_fine_tuning():
+    cfg = mocl.MoCLConfig.preset("smoke", n_tasks=2, n_train=80, n_memory=40)
+    tasks = mocl.permuted_digits(2, seed=0, n_train=80)
+    a = mocl.run_stream("MoCL", cfg, 0, tasks)
+    b = mocl.run_stream("MoCL", cfg, 0, tasks)
+    np.testing.assert_array_equal(a.R, b.R)
+    ft = mocl.run_stream("fine-tuning", cfg, 0, tasks)
+    off = mocl.run_stream("MoCL (no gate)", cfg, 0, tasks)
+    np.testing.assert_array_equal(ft.R, off.R)
+    gpm = mocl.run_stream("GPM", cfg, 0, tasks)
+    assert np.all((gpm.fill[-1] > 0) & (gpm.fill[-1] <= 1))
+    assert math.isfinite(mocl.average_accuracy(a.R))
+
+
+def test_cost_helpers():
+    cfg = mocl.MoCLConfig.preset("smoke", n_tasks=2, n_train=60, n_memory=30, epochs=1)
+    tasks = mocl.permuted_digits(2, seed=0, n_train=60)
+    runs = [mocl.run_stream(m, cfg, 0, tasks) for m in ("MoCL", "GPM", "fine-tuning")]
+    macs = mocl.transform_macs(runs, cfg, 0)
+    sizes = cfg.sizes
+    want = sum(2 * o * i * (o + i) for i, o in zip(sizes[:-1], sizes[1:]))
+    assert macs["MoCL"] == want and macs["fine-tuning"] == 0
+    k = [M.shape[1] for M in runs[1].extra["method"].bases]
+    assert macs["GPM"] == sum(2 * o * i * kk for i, o, kk in zip(sizes[:-1], sizes[1:], k))
+    assert macs["GPM"] < macs["MoCL"]  # k < in <= in + out: the projection is always cheaper
+    t = mocl.time_per_task(runs, cfg, 0, ["MoCL", "GPM"], repeats=1)
+    assert set(t.medians) == {"MoCL", "GPM"} and all(v > 0 for v in t.medians.values())
+    with pytest.raises(ValueError, match="no run"):
+        mocl.time_per_task(runs, cfg, 0, ["SGP"], repeats=1)
+    with pytest.raises(ValueError, match="no tuning grid"):
+        mocl.tune("joint", cfg)
+    with pytest.raises(ValueError, match="unknown methods"):
+        mocl.run_comparison(["LwF"], cfg, [0])

@@ -1,0 +1,297 @@
+"""SpreadsheetArena: prompts, generators, formula evaluation, features, expert checker, voters."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import numpy as np
+import openpyxl
+import pytest
+from openpyxl.chart import BarChart, Reference
+from openpyxl.formatting.rule import CellIsRule
+from openpyxl.styles import Font, PatternFill
+from openpyxl.workbook.defined_name import DefinedName
+
+from minirepro.papers.spreadsheet_arena import expert, features, generators, prompts, voters
+from minirepro.papers.spreadsheet_arena.evaluate import evaluate
+from minirepro.papers.spreadsheet_arena.features import Limits, WorkbookError, extract_features
+
+
+def _save(wb: openpyxl.Workbook) -> bytes:
+    buf = io.BytesIO()
+    wb.save(buf)
+    return buf.getvalue()
+
+
+def _hand_workbook() -> bytes:
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "Calc"
+    ws["A1"], ws["B1"] = "Item", "Value"
+    for c in ("A1", "B1"):
+        ws[c].font = Font(bold=True)
+        ws[c].fill = PatternFill("solid", start_color="FF1F4E79", end_color="FF1F4E79")
+    ws["B2"], ws["B3"] = 10, 4
+    ws["B2"].font = Font(color="FF0000FF")
+    ws["B4"] = "=B2*B3"  # 40
+    ws["B5"] = "=B4*1.05"  # literal
+    ws["B6"] = "=B4/Z99"  # #DIV/0!
+    ws["B7"] = '=B2+"x"'  # #VALUE!
+    ws["B8"] = "=Inputs!A1*B3"  # cross-sheet: 12
+    ws["B4"].number_format = "0.0%"
+    ws.conditional_formatting.add("B2:B3", CellIsRule(operator="lessThan", formula=["0"],
+                                                      fill=PatternFill("solid", start_color="FFFF0000")))
+    ch = BarChart()
+    ch.add_data(Reference(ws, min_col=2, min_row=2, max_row=3))
+    ws.add_chart(ch, "D2")
+    ws.freeze_panes = "A2"
+    s2 = wb.create_sheet("Inputs")
+    s2["A1"] = 3
+    wb.defined_names["Rate"] = DefinedName("Rate", attr_text="Inputs!$A$1")
+    return _save(wb)
+
+
+# ---------------------------------------------------------------- prompts
+
+def test_prompts_are_deterministic_and_balanced():
+    a, b = prompts.make_prompts(5, seed=3), prompts.make_prompts(5, seed=3)
+    assert [p.text for p in a] == [p.text for p in b]
+    assert len(a) == 20 and {p.category for p in a} == set(prompts.CATEGORIES)
+    assert len({p.id for p in a}) == 20
+    assert [p.text for p in prompts.make_prompts(5, seed=4)] != [p.text for p in a]
+
+
+@pytest.mark.parametrize("n,cats", [(0, prompts.CATEGORIES), (2, ("finance", "poetry")), (2, ())])
+def test_prompts_bad_input(n, cats):
+    with pytest.raises(ValueError):
+        prompts.make_prompts(n, categories=cats)
+
+
+# ---------------------------------------------------------------- features of a hand-made file
+
+def test_features_of_hand_workbook():
+    f = extract_features(_hand_workbook())
+    assert f["n_sheets"] == 2 and f["n_formulas"] == 5 and f["n_numbers"] == 3
+    assert f["formula_share"] == pytest.approx(5 / 8)
+    assert f["literal_formula_share"] == pytest.approx(1 / 5)
+    assert f["cross_sheet_refs"] == 1 and f["n_charts"] == 1 and f["n_cond_formats"] == 1
+    assert f["n_named_ranges"] == 1 and f["frozen"] == 1.0
+    assert f["blue_input_share"] == pytest.approx(1 / 3)
+    assert f["header_styled"] == pytest.approx(0.5)  # the Inputs sheet has no header row
+    assert f["n_errors"] == 2 and f["eval_complete"] == 1.0  # #DIV/0! and #VALUE!
+
+
+def test_evaluation_matches_formulas_excel_model(tmp_path):
+    """Our cell-by-cell walk must agree with the formulas library's whole-workbook model."""
+    import formulas
+
+    data = _hand_workbook()
+    path = tmp_path / "hand.xlsx"
+    path.write_bytes(data)
+    sol = formulas.ExcelModel().loads(str(path)).finish().calculate()
+    ref = {}
+    for k, v in sol.items():
+        if "!" in k and ":" not in k:
+            sheet, cell = k.split("]")[1].split("!")
+            ref[(sheet.strip("'"), cell)] = v.value[0, 0]
+    wb, _ = features.open_workbook(data)
+    ev = evaluate(features.cell_map(wb))
+    for (sheet, r, c), v in ev.values.items():
+        want = ref[(sheet, openpyxl.utils.get_column_letter(c) + str(r))]
+        if isinstance(v, (int, float)):
+            assert v == pytest.approx(float(want))
+        else:
+            assert str(v) == str(want)
+    assert ev.values[("CALC", 4, 2)] == 40 and ev.values[("CALC", 8, 2)] == 12
+
+
+@pytest.mark.parametrize("formula,expected", [
+    ("=B2*1.05", True), ("=SUM(B2:B5)", False), ("=Sheet1!B2*(1+$B$3)", False),
+    ('=COUNTIF(D2:D9,"5")', False), ("=MAX(0,B5*0.25)", True), ("=B2/100", True),
+    ("=B2-1", False), ("='My Sheet'!$C$10+B2", False), ("=1.5E3*A1", True)])
+def test_has_literal(formula, expected):
+    assert features.has_literal(formula) is expected
+
+
+def test_evaluation_guards():
+    cells = {("S", 1, 1): "=B1", ("S", 1, 2): "=A1", ("S", 2, 1): "=UNKNOWNFN(1)"}
+    ev = evaluate(cells)
+    assert ev.complete and set(ev.errors) == set(cells)  # a cycle and an unknown function are errors
+    chain = {("S", r, 1): (f"=A{r - 1}+1" if r > 1 else 1) for r in range(1, 400)}
+    assert not evaluate(chain, max_formulas=100).complete
+    assert not evaluate(chain, timeout_s=1e-9).complete
+    with pytest.raises(ValueError):
+        evaluate(chain, max_formulas=0)
+
+
+# ---------------------------------------------------------------- untrusted files
+
+def _zip(entries: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for k, v in entries.items():
+            zf.writestr(k, v)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("data,match", [
+    (b"", "empty"), (b"hello, not a workbook", "not an .xlsx"), ("text", "expected the bytes"),
+    (_zip({"a.txt": b"x"}), "xl/workbook.xml"),
+    (_zip({"xl/workbook.xml": b"<not xml", "[Content_Types].xml": b"<x/>"}), "malformed"),
+])
+def test_bad_files_raise_clear_errors(data, match):
+    with pytest.raises(WorkbookError, match=match):
+        extract_features(data)
+
+
+def test_truncated_macro_and_oversized_files():
+    good = _hand_workbook()
+    with pytest.raises(WorkbookError):
+        extract_features(good[: len(good) // 2])
+    with zipfile.ZipFile(io.BytesIO(good)) as zf:
+        parts = {n: zf.read(n) for n in zf.namelist()}
+    parts["xl/vbaProject.bin"] = b"\x00macro"
+    with pytest.raises(WorkbookError, match="macros"):
+        extract_features(_zip(parts))
+    with pytest.raises(WorkbookError, match="limit"):
+        extract_features(good, Limits(max_bytes=100))
+    with pytest.raises(WorkbookError, match="cells"):
+        extract_features(good, Limits(max_cells=5))
+    with pytest.raises(WorkbookError, match="zip bomb"):
+        extract_features(good, Limits(max_uncompressed=1000))
+    assert features.safe_features(b"junk")[0] is None and "not an .xlsx" in features.safe_features(b"junk")[1]
+
+
+# ---------------------------------------------------------------- generators
+
+P = prompts.make_prompts(1, seed=1)
+
+
+@pytest.mark.parametrize("prompt", P, ids=[p.category for p in P])
+def test_hardcoded_values_equal_evaluated_formulas(prompt):
+    """The same workbook with formulas and with typed-in numbers must show the same numbers."""
+    live = generators.write_workbook(prompt, generators.Habits(formulas=True))
+    typed = generators.write_workbook(prompt, generators.Habits(formulas=False))
+    wl, _ = features.open_workbook(live)
+    wt, _ = features.open_workbook(typed)
+    ev = evaluate(features.cell_map(wl))
+    assert ev.complete and not ev.errors
+    cells_t = features.cell_map(wt)
+    for key, v in ev.values.items():
+        assert float(v) == pytest.approx(cells_t[key], abs=0.01), key
+    assert extract_features(typed)["formula_share"] == 0.0
+
+
+@pytest.mark.parametrize("prompt", P, ids=[p.category for p in P])
+def test_habits_show_up_as_features(prompt):
+    good = generators.Habits(formulas=True, header_style=True, number_formats=True, chart=True,
+                             cond_format=True, freeze=True, blue_inputs=True, col_widths=True,
+                             multi_sheet=True, named_ranges=True)
+    f = extract_features(generators.write_workbook(prompt, good))
+    assert f["n_charts"] == 1 and f["n_cond_formats"] == 1 and f["frozen"] == 1
+    assert f["blue_input_share"] == 1.0 and f["black_formula_share"] == 1.0
+    assert f["literal_formula_share"] == 0.0 and f["n_errors"] == 0 and f["n_sheets"] == 2
+    assert f["cross_sheet_refs"] >= 1
+    bad = extract_features(generators.write_workbook(prompt, generators.Habits(error=True)))
+    assert bad["n_errors"] >= 1 and bad["n_charts"] == 0 and bad["style_score"] < f["style_score"]
+    lit = extract_features(generators.write_workbook(prompt, generators.Habits(literals=True)))
+    if prompt.category != "table" or prompt.params["discount"] > 0:  # "*1" is not a hard-code
+        assert lit["literal_formula_share"] > 0
+    if prompt.category == "finance":  # the checker encodes finance-model conventions
+        assert expert.meets_best_practice(f) and not expert.meets_best_practice(bad)
+        assert not expert.meets_best_practice(lit)
+
+
+def test_generators_are_deterministic_anonymous_and_varied():
+    gens = generators.default_generators()
+    assert len({g.name for g in gens}) == len(gens) >= 5
+    for g in gens:
+        data = g.generate(P[0], seed=0)  # bytes differ only by zip timestamps
+        again = g.generate(P[0], seed=0)
+        assert features.cell_map(features.open_workbook(data)[0]) == \
+            features.cell_map(features.open_workbook(again)[0])
+        assert extract_features(data) == extract_features(again)
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            text = b"".join(zf.read(n) for n in zf.namelist()).decode("utf-8", "ignore").lower()
+        assert not any(h.name.lower() in text for h in gens), "a workbook names its generator"
+    many = prompts.make_prompts(20, seed=0)
+    habits = [gens[0].habits(p) for p in many]
+    assert len(set(habits)) > 5  # habits vary within a generator
+
+
+def test_adapter_and_profile_validation():
+    good = generators.CallableGenerator("real-model", lambda text: _hand_workbook())
+    assert isinstance(good, generators.WorkbookGenerator)
+    assert extract_features(good.generate(P[0]))["n_sheets"] == 2
+    with pytest.raises(TypeError, match="bytes"):
+        generators.CallableGenerator("broken", lambda text: "not bytes").generate(P[0])
+    with pytest.raises(ValueError):
+        generators.Profile("x", {"formulas": 1.5})
+    with pytest.raises(ValueError):
+        generators.Profile("x", {"telepathy": 0.5})
+    with pytest.raises(ValueError):
+        generators.write_workbook(prompts.Prompt("x", "poetry", "a poem"), generators.Habits())
+
+
+# ---------------------------------------------------------------- expert and voters
+
+def test_expert_checklist_and_agreement():
+    with pytest.raises(ValueError, match="lacks"):
+        expert.finance_checklist({"formula_share": 1.0})
+    assert expert.pairwise_agreement(np.array([1.0, 0.5, 0.2]), np.array([0.5, 0.5, 0.9])) == 0.5
+    assert expert.rank_agreement(np.arange(4.0), np.arange(4.0)) == pytest.approx(1.0)
+    assert expert.rank_agreement(np.arange(4.0), -np.arange(4.0)) == pytest.approx(-1.0)
+    with pytest.raises(ValueError):
+        expert.rank_agreement(np.arange(3.0), np.arange(4.0))
+
+
+def test_outcome_probabilities():
+    d = np.linspace(-4, 4, 17)
+    pr = voters.outcome_probs(d, 0.5)
+    assert np.allclose(pr.sum(-1), 1.0) and (pr >= 0).all()
+    assert np.allclose(pr[:, 0], pr[::-1, 1])  # symmetric in the sides
+    assert np.allclose(voters.outcome_probs(d, 0.0)[:, 0], 1 / (1 + np.exp(-d)))
+    with pytest.raises(ValueError):
+        voters.VoterModel({}, {"finance": np.zeros(2)})
+
+
+def test_simulated_votes_match_exact_expectation():
+    gens = generators.default_generators()[:3]
+    pool = voters.build_pool(prompts.make_prompts(1, seed=2), gens)
+    vm = voters.default_voters()
+    df = voters.simulate_battles(pool, vm, 30000, np.random.default_rng(0))
+    from minirepro.papers.spreadsheet_arena.ratings import win_matrix
+
+    W = win_matrix(df, pool.generators)
+    off = ~np.eye(3, dtype=bool)
+    emp = np.where(off, W / np.where(off, W + W.T, 1.0), 0.0)
+    S = voters.expected_scores(pool, vm)
+    assert np.abs(emp[off] - S[off]).max() < 0.02
+    assert set(df["winner"]) == set(voters.OUTCOMES)
+
+
+# ---------------------------------------------------------------- rendering and the experiment
+
+def test_render_formats_values_and_shows_errors():
+    from minirepro.papers.spreadsheet_arena.render import format_value, workbook_html
+
+    assert format_value(0.1234, "0.0%") == "12.3%"
+    assert format_value(1234567.8, '"$"#,##0') == "$1,234,568"
+    assert format_value(2.5, "#,##0.00") == "2.50"
+    assert format_value(3, "General") == "3" and format_value(None) == ""
+    page = workbook_html(_hand_workbook())
+    assert "#DIV/0!" in page and "#VALUE!" in page and 'title="=B2*B3"' in page
+    assert ">4000.0%<" in page  # =B2*B3 evaluated to 40 and shown under its 0.0% format
+    with pytest.raises(WorkbookError):
+        workbook_html(b"junk")
+
+
+def test_experiment_config_and_seeding():
+    from minirepro.papers.spreadsheet_arena import experiment as E
+
+    assert E.Config.preset("smoke").n_per_category < E.Config.preset("book").n_per_category
+    assert E.Config.preset("book", n_battles=123).n_battles == 123
+    assert E.seeded(3).random() == E.seeded(3).random()
+    with pytest.raises(ValueError):
+        E.seeded(-1)

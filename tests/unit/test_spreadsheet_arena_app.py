@@ -1,0 +1,239 @@
+"""SpreadsheetArena's local arena: SQLite store, Flask app over real HTTP, and the CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from contextlib import contextmanager
+
+import openpyxl
+import pytest
+from werkzeug.serving import make_server
+
+from minirepro.papers.spreadsheet_arena import cli
+from minirepro.papers.spreadsheet_arena.app import create_app
+from minirepro.papers.spreadsheet_arena.generators import CallableGenerator, default_generators
+from minirepro.papers.spreadsheet_arena.prompts import make_prompts
+from minirepro.papers.spreadsheet_arena.store import VoteError, VoteStore, read_votes
+
+TOKEN = re.compile(r"name='token' value='([^']+)'")
+GENS = default_generators()[:3]
+PROMPTS = make_prompts(1, seed=0)
+
+
+@contextmanager
+def serving(db, **kw):
+    app = create_app(db, generators=kw.pop("generators", GENS), prompts=kw.pop("prompts", PROMPTS),
+                     n_boot=50, **kw)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        t.join(timeout=10)
+        server.server_close()
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def post(url, data, json_body=False):
+    body = json.dumps(data).encode() if json_body else urllib.parse.urlencode(data).encode()
+    req = urllib.request.Request(url, data=body, method="POST", headers={
+        "Content-Type": "application/json" if json_body else "application/x-www-form-urlencoded"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_store_votes_once_and_survives_reopen(tmp_path):
+    db = tmp_path / "v.sqlite"
+    s = VoteStore(db)
+    t = s.new_pairing("finance-0000", "finance", "gen-a", "gen-b")
+    with pytest.raises(VoteError, match="choice"):
+        s.record_vote(t, "left")
+    assert s.record_vote(t, "model_a").model_a == "gen-a"
+    with pytest.raises(VoteError, match="already"):
+        s.record_vote(t, "tie")
+    with pytest.raises(VoteError, match="unknown"):
+        s.record_vote("nope", "tie")
+    with pytest.raises(ValueError):
+        s.new_pairing("p", "c", "x", "x")
+    again = VoteStore(db)
+    assert again.n_votes() == 1 and list(again.votes()["winner"]) == ["model_a"]
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_store_concurrent_voters_and_races(tmp_path):
+    s = VoteStore(tmp_path / "v.sqlite")
+    tokens = [s.new_pairing(f"p{i}", "table", "gen-a", "gen-b") for i in range(200)]
+    race = s.new_pairing("race", "table", "gen-a", "gen-b")
+    wins, errors = [], []
+
+    def voter(chunk):
+        for t in chunk:
+            s.record_vote(t, "tie")
+        try:
+            s.record_vote(race, "model_b")
+            wins.append(1)
+        except VoteError:
+            errors.append(1)
+
+    threads = [threading.Thread(target=voter, args=(tokens[i::8],)) for i in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert s.n_votes() == 201 and len(wins) == 1 and len(errors) == 7
+    con = sqlite3.connect(tmp_path / "v.sqlite")
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_arena_over_http_blind_vote_reveal_and_errors(tmp_path):
+    with serving(tmp_path / "a.sqlite") as url:
+        code, page = get(url + "/")
+        assert code == 200 and page.count("<table class=\"sheet\">") >= 2
+        assert all(g.name not in page for g in GENS), "the battle page names a generator"
+        assert all(v in page for v in ("value='a'", "value='b'", "value='tie'", "value='both_bad'"))
+        token = TOKEN.search(page).group(1)
+        assert post(url + "/vote", {"token": token, "choice": "zzz"})[0] == 400
+        assert post(url + "/vote", {"choice": "a"})[0] == 400
+        assert post(url + "/vote", {"token": "forged", "choice": "a"})[0] == 404
+        code, reveal = post(url + "/vote", {"token": token, "choice": "a"})
+        assert code == 200 and sum(g.name in reveal for g in GENS) == 2
+        assert post(url + "/vote", {"token": token, "choice": "b"})[0] == 409
+        token2 = TOKEN.search(get(url + "/")[1]).group(1)
+        code, js = post(url + "/vote", {"token": token2, "choice": "both_bad"}, json_body=True)
+        assert code == 200 and json.loads(js)["winner"] == "both_bad"
+        assert post(url + "/vote", [1, 2], json_body=True)[0] == 400
+        req = urllib.request.Request(url + "/vote", data=b"{not json", method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=30)
+        assert e.value.code == 400 and "Traceback" not in e.value.read().decode()
+        assert get(url + "/no-such-page")[0] == 404
+        assert post(url + "/", {"x": 1})[0] == 405
+        assert post(url + "/vote", {"token": "t" * 20000, "choice": "a"})[0] == 413
+        code, board = get(url + "/leaderboard")
+        assert code == 200 and "95% interval" in board
+        rows = json.loads(get(url + "/api/leaderboard")[1])
+        assert rows["votes"] == 2 and len(rows["rows"]) >= 2
+
+
+def test_cell_contents_are_escaped(tmp_path):
+    def evil(_text: str) -> bytes:
+        wb = openpyxl.Workbook()
+        wb.active.title = "<b>sheet"
+        wb.active["A1"] = "<script>alert('x')</script>"
+        wb.active["A2"] = '"><img src=x onerror=alert(1)>'
+        buf = io.BytesIO()
+        wb.save(buf)
+        return buf.getvalue()
+
+    def broken(_text: str) -> bytes:
+        raise RuntimeError("model offline")
+
+    gens = [CallableGenerator("evil-1", evil), CallableGenerator("evil-2", evil)]
+    with serving(tmp_path / "e.sqlite", generators=gens) as url:
+        code, page = get(url + "/")
+    with serving(tmp_path / "f.sqlite", generators=[CallableGenerator("x", broken),
+                                                    CallableGenerator("y", broken)]) as url:
+        down = get(url + "/")
+    assert down[0] == 503 and "Traceback" not in down[1]
+    assert code == 200
+    assert "<script>alert" not in page and "&lt;script&gt;alert" in page
+    assert "<img" not in page and "<b>sheet" not in page
+
+
+def test_concurrent_http_voters(tmp_path):
+    db = tmp_path / "c.sqlite"
+    with serving(db) as url:
+        get(url + "/")  # warm the workbook cache
+
+        def voter(n):
+            for _ in range(n):
+                tok = TOKEN.search(get(url + "/")[1]).group(1)
+                assert post(url + "/vote", {"token": tok, "choice": "tie"})[0] == 200
+
+        threads = [threading.Thread(target=voter, args=(4,)) for _ in range(6)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=120)
+    assert VoteStore(db).n_votes() == 24
+
+
+def test_cli_main_bad_input_and_export(tmp_path, capsys):
+    assert cli.main([]) == 2
+    assert cli.main(["bogus"]) == 2
+    assert cli.main(["serve", "--port", "70000"]) == 2
+    assert cli.main(["serve", "--port", "abc"]) == 2
+    assert cli.main(["export", "--db", str(tmp_path / "missing.sqlite")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 5 and all(line.startswith("minirepro arena: error:") for line in err)
+    db = tmp_path / "v.sqlite"
+    s = VoteStore(db)
+    for w in ("model_a", "tie", "model_b"):
+        s.record_vote(s.new_pairing("finance-0000", "finance", "gen-minimal", "gen-stylish"), w)
+    out = tmp_path / "votes.csv"
+    assert cli.main(["export", "--db", str(db), "--out", str(out)]) == 0
+    assert list(read_votes(out)["winner"]) == ["model_a", "tie", "model_b"]
+    assert cli.main(["export", "--db", str(db), "--out", str(tmp_path / "no" / "x.csv")]) == 2
+    assert cli.main(["leaderboard", "--db", str(db), "--n-boot", "20"]) == 0
+    assert "gen-stylish" in capsys.readouterr().out
+    assert cli.main(["--help"]) == 0
+
+
+def _start_cli_server(db):
+    code = ("import sys; from minirepro.papers.spreadsheet_arena.cli import main; "
+            f"sys.exit(main(['serve', '--port', '0', '--db', {str(db)!r}, '--prompts', '1']))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+    assert m, f"server did not start: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+    return proc, f"http://127.0.0.1:{m.group(1)}"
+
+
+def _stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def test_cli_serve_subprocess_votes_survive_restart(tmp_path):
+    db = tmp_path / "s.sqlite"
+    proc, url = _start_cli_server(db)
+    try:
+        for choice in ("a", "b", "tie"):
+            tok = TOKEN.search(get(url + "/")[1]).group(1)
+            assert post(url + "/vote", {"token": tok, "choice": choice})[0] == 200
+    finally:
+        _stop(proc)
+    assert proc.returncode is not None  # the server process is gone; the votes are on disk
+    with serving(db) as url2:  # a restarted arena on the same database
+        assert json.loads(get(url2 + "/api/leaderboard")[1])["votes"] == 3
+    out = tmp_path / "v.csv"
+    assert cli.main(["export", "--db", str(db), "--out", str(out)]) == 0
+    assert len(read_votes(out)) == 3
