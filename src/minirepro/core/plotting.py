@@ -44,7 +44,8 @@ METHOD_COLORS: dict[str, str] = {
     "tbpo-q": "#0072B2", "tbpo-a": "#56B4E9", "dpo": "#D55E00", "tdpo": "#E69F00",
     "reference": "#7F7F7F",
     # HCA
-    "hca": "#0072B2", "lime": "#D55E00", "majority": "#7F7F7F",
+    "hca": "#0072B2", "lime": "#D55E00", "majority": "#7F7F7F", "hca (calibrated)": "#56B4E9",
+    "hca without kg": "#CC79A7", "hca without kkt": "#009E73", "hca without pcmci": "#BCBD22",
 }
 
 

@@ -1,0 +1,280 @@
+"""The chapter's experiment: closed loop, evidence, oracles, LIME, accuracies.
+
+One *run* is a plant, a seed and a designed schedule: the NMPC drives the plant
+in closed loop (with process noise) over ``n_days`` days; the move a few steps
+before each event is explained. Moves of the first ``calib_days`` days are the
+*early* data (KKT-threshold calibration, PCMCI's training data), the rest are
+the *test* moves on which every method is scored.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from minirepro.core import ScaledConfig, progress
+from minirepro.papers.hca.evidence import (
+    MoveContext,
+    kg_evidence,
+    kkt_evidence,
+    knowledge_graph,
+    pcmci_evidence,
+    pcmci_pvalues,
+)
+from minirepro.papers.hca.lime_baseline import lime_explain
+from minirepro.papers.hca.mpc import NMPC, MPCInfeasibleError, MPCProblem
+from minirepro.papers.hca.oracle import design_oracle, interventional_oracle
+from minirepro.papers.hca.plants import STEPS_PER_DAY, get_plant, make_schedule
+from minirepro.papers.hca.ranking import Evidence, HCAParams, calibrate_tau, explain_all
+
+METHODS: tuple[str, ...] = ("HCA", "HCA (calibrated)", "LIME", "majority",
+                            "HCA without KG", "HCA without KKT", "HCA without PCMCI")
+ORACLES: tuple[str, ...] = ("interventional", "design")
+SOFT_PENALTY = 1000.0  # cost per unit of bound violation in the fallback MPC
+
+
+@dataclass
+class Config(ScaledConfig):
+    """Sizes of the miniature."""
+
+    domains: tuple[str, ...] = ("greenhouse", "hvac")
+    horizon: int = 8  # MPC steps (15 min each)
+    n_days: int = 2  # simulated days per run
+    calib_days: int = 1  # early days: calibration and PCMCI data (0: the first two moves, half a day)
+    events_per_day: int = 5  # one full cycle of the 5 causes per day
+    lime_samples: int = 100  # LIME perturbations per explanation
+    tau_max: int = 3  # PCMCI's largest lag
+    distractor: float = 0.5  # size of the overlapping weaker event (0: one event at a time)
+    n_seeds: int = 3  # independent scenario sets (runs per domain)
+    n_jobs: int = 2  # runs in parallel processes (joblib); results do not depend on it
+
+    def __post_init__(self) -> None:
+        if self.n_days < 1 or not 0 <= self.calib_days < self.n_days:
+            raise ValueError(f"need n_days >= 1 and 0 <= calib_days < n_days (test moves come from the "
+                             f"later days), got n_days={self.n_days}, calib_days={self.calib_days}")
+        if self.lime_samples < 10 or self.horizon < 1 or self.n_seeds < 1 or self.n_jobs < 1:
+            raise ValueError(f"lime_samples >= 10, horizon, n_seeds and n_jobs >= 1 are required: {self}")
+        unknown = set(self.domains) - {"greenhouse", "hvac"}
+        if unknown:
+            raise ValueError(f"unknown domains {sorted(unknown)}; expected greenhouse and/or hvac")
+
+    PRESETS: ClassVar = {
+        "smoke": {"n_days": 1, "calib_days": 0, "lime_samples": 40, "n_seeds": 1, "n_jobs": 1, "tau_max": 2},
+        "book": {},
+        "full": {"n_days": 4, "calib_days": 2, "lime_samples": 200, "n_seeds": 5},
+    }
+
+
+@dataclass
+class Run:
+    """One closed-loop run: trajectory, the explained moves and their evidence."""
+
+    plant_name: str
+    seed: int
+    traj: dict[str, np.ndarray]
+    moves: pd.DataFrame
+    evidence: list[Evidence]
+    p_matrix: np.ndarray
+    pcmci_seconds: float
+    info: dict = field(default_factory=dict)
+
+
+def _problem(schedule, t: int, N: int, x: np.ndarray, u_prev: np.ndarray) -> MPCProblem:
+    return MPCProblem(x0=x.copy(), u_prev=u_prev.copy(), d=schedule.d_forecast[t:t + N].copy(),
+                      x_lower=schedule.x_lower[t + 1:t + N + 1].copy(),
+                      x_upper=schedule.x_upper[t + 1:t + N + 1].copy())
+
+
+def closed_loop(plant_name: str, cfg: Config, seed: int) -> tuple[dict, list, object, NMPC]:
+    """Run the NMPC in closed loop; keep the problem and solution at each explained step.
+
+    Returns ``(traj, explained, schedule, mpc)``; ``traj`` arrays are over time:
+    ``x`` ``(T+1, n_x)``, ``u`` ``(T, n_u)``, ``lam_upper``/``lam_lower`` ``(T, N, n_x)``,
+    ``forecast_mean`` ``(T, n_d)``, bounds ``(T, n_x)``.
+    """
+    plant = get_plant(plant_name)
+    rng = np.random.default_rng([seed, len(plant_name)])
+    sch = make_schedule(plant, cfg.n_days, cfg.events_per_day, cfg.horizon, rng,
+                        distractor=cfg.distractor)
+    mpc = NMPC(plant, N=cfg.horizon)
+    fallback = NMPC(plant, N=cfg.horizon, soft=SOFT_PENALTY)
+    infeasible_steps = []
+    explain_at = {ev.t_explain: ev for ev in sch.events}
+    T, N = sch.n_steps, cfg.horizon
+    xs, us = [plant.x_init.copy()], []
+    lam_up, lam_lo, lam_uu, lam_ul, fmean = [], [], [], [], []
+    explained = []
+    u_prev = plant.u_init.copy()
+    for t in range(T):
+        pr = _problem(sch, t, N, xs[-1], u_prev)
+        try:
+            sol = mpc.solve(pr)
+        except MPCInfeasibleError:  # no hard-feasible plan: act on the soft one, explain nothing
+            sol = fallback.solve(pr)
+            infeasible_steps.append(t)
+            explain_at.pop(t, None)
+        if t in explain_at:
+            explained.append((explain_at[t], pr, sol, sch.d_nominal[t:t + N].copy()))
+        u = sol.u[0]
+        us.append(u)
+        lam_up.append(sol.lam_x_upper)
+        lam_lo.append(sol.lam_x_lower)
+        lam_uu.append(sol.lam_u_upper[0])
+        lam_ul.append(sol.lam_u_lower[0])
+        fmean.append(pr.d.mean(axis=0))
+        xs.append(plant.step(xs[-1], u, sch.d_actual[t], rng))
+        u_prev = u
+    traj = {"x": np.array(xs), "u": np.array(us), "lam_upper": np.array(lam_up),
+            "lam_lower": np.array(lam_lo), "lam_u_upper": np.array(lam_uu),
+            "lam_u_lower": np.array(lam_ul), "forecast_mean": np.array(fmean),
+            "x_lower": sch.x_lower[1:T + 1], "x_upper": sch.x_upper[1:T + 1],
+            "d_actual": sch.d_actual[:T], "events": sch.events,
+            "infeasible_steps": np.array(infeasible_steps, dtype=int)}
+    mpc.fallback = fallback
+    return traj, explained, sch, mpc
+
+
+def run_domain(plant_name: str, cfg: Config, seed: int, params: HCAParams | None = None) -> Run:
+    """Closed loop, PCMCI on early data, then evidence, oracles and LIME per explained move."""
+    params = params or HCAParams()
+    plant = get_plant(plant_name)
+    traj, explained, sch, mpc = closed_loop(plant_name, cfg, seed)
+    n_early = max(cfg.calib_days * STEPS_PER_DAY, min(STEPS_PER_DAY // 2, sch.n_steps))
+    data = np.concatenate([traj["x"][:-1], traj["forecast_mean"], traj["u"]], axis=1)[:n_early]
+    t0 = time.perf_counter()
+    p_matrix = pcmci_pvalues(data, tau_max=cfg.tau_max)
+    pcmci_s = time.perf_counter() - t0
+    G = knowledge_graph(plant)
+    # LIME's black box: the same NMPC, but a query unsolved in 40 IPOPT iterations
+    # counts as infeasible (the controller holds its last input).
+    lime_mpc = NMPC(plant, N=cfg.horizon, max_iter=40, tol=1e-6)
+    rng_u = plant.u_max - plant.u_min
+    rows, evidence = [], []
+    for i, (ev, pr, sol, d_nom) in enumerate(explained):
+        t0 = time.perf_counter()
+        ctx = MoveContext(du=(sol.u[0] - pr.u_prev) / rng_u, sol=sol, d_dev=pr.d - d_nom,
+                          x_lower=pr.x_lower, x_upper=pr.x_upper, d=pr.d)
+        support, consistent = kg_evidence(G, plant, ctx)
+        e = Evidence(kg_support=support, kg_consistent=consistent,
+                     kkt=kkt_evidence(plant, ctx, params.gamma),
+                     pcmci=pcmci_evidence(plant, p_matrix, ctx.primary_input))
+        explain_all([e], params)
+        hca_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        orc = interventional_oracle(mpc, pr, sol, d_nom, fallback=mpc.fallback)
+        oracle_s = time.perf_counter() - t0
+        split = "early" if ev.day < cfg.calib_days or (cfg.calib_days == 0 and i < 2) else "test"
+        row = {"domain": plant_name, "seed": seed, "t": ev.t_explain, "day": ev.day, "split": split,
+               "interventional": orc.label, "design": design_oracle(ev),
+               "primary_input": ctx.primary_input, "hca_s": hca_s, "oracle_s": oracle_s,
+               "lime": -1, "lime_s": np.nan, "lime_infeasible": 0}
+        if split == "test":
+            t0 = time.perf_counter()
+            lr = lime_explain(lime_mpc, pr, d_nom, ctx.primary_input, cfg.lime_samples,
+                              seed=seed * 1000 + i, sol=sol)
+            row.update(lime=lr.label, lime_s=time.perf_counter() - t0, lime_infeasible=lr.n_infeasible)
+        rows.append(row)
+        evidence.append(e)
+    return Run(plant_name, seed, traj, pd.DataFrame(rows), evidence, p_matrix, pcmci_s,
+               info={"n_solves": mpc.n_solves + mpc.fallback.n_solves, "n_lime_queries": lime_mpc.n_solves,
+                     "infeasible_steps": len(traj["infeasible_steps"]),
+                     "skipped_moves": len(sch.events) - len(explained)})
+
+
+def predictions(run: Run, params: HCAParams, oracle: str) -> pd.DataFrame:
+    """Every method's label for the run's test moves, calibration against ``oracle``."""
+    if oracle not in ORACLES:
+        raise ValueError(f"unknown oracle {oracle!r}; expected one of {ORACLES}")
+    m = run.moves
+    early = np.flatnonzero(m["split"].to_numpy() == "early")
+    test = np.flatnonzero(m["split"].to_numpy() == "test")
+    ev_early = [run.evidence[i] for i in early]
+    ev_test = [run.evidence[i] for i in test]
+    tau = calibrate_tau(ev_early, m[oracle].to_numpy()[early], params) if len(early) else params.tau_kkt
+    labels = m[oracle].to_numpy()[test]
+    vals, counts = np.unique(labels, return_counts=True)
+    out = pd.DataFrame({"label": labels})
+    out["HCA"] = explain_all(ev_test, params)
+    out["HCA (calibrated)"] = explain_all(ev_test, replace(params, tau_kkt=tau))
+    out["LIME"] = m["lime"].to_numpy()[test]
+    out["majority"] = vals[np.argmax(counts)]
+    for src in ("KG", "KKT", "PCMCI"):
+        out[f"HCA without {src}"] = explain_all(ev_test, params.without(src))
+    out.attrs["tau_calibrated"] = tau
+    return out
+
+
+def accuracy_table(runs: list[Run], params: HCAParams | None = None) -> pd.DataFrame:
+    """Accuracy of every method per (domain, seed, oracle) on the test moves (long format)."""
+    params = params or HCAParams()
+    rows = []
+    for run in runs:
+        for oracle in ORACLES:
+            pred = predictions(run, params, oracle)
+            for meth in METHODS:
+                rows.append({"domain": run.plant_name, "seed": run.seed, "oracle": oracle,
+                             "method": meth, "accuracy": float(np.mean(pred[meth] == pred["label"])),
+                             "n": len(pred), "tau": pred.attrs["tau_calibrated"]})
+    return pd.DataFrame(rows)
+
+
+def run_experiment(cfg: Config, seeds: list[int], params: HCAParams | None = None) -> list[Run]:
+    """All domains for all seeds, ``cfg.n_jobs`` runs at a time (a progress bar over runs).
+
+    Each run seeds its own generator from ``(seed, plant)``, so the runs are the
+    same whichever process executes them.
+    """
+    if not seeds:
+        raise ValueError("run_experiment needs at least one seed")
+    jobs = [(d, s) for s in seeds for d in cfg.domains]
+    if cfg.n_jobs > 1 and len(jobs) > 1:
+        from joblib import Parallel, delayed
+
+        par = Parallel(n_jobs=cfg.n_jobs, return_as="generator")
+        gen = par(delayed(run_domain)(d, cfg, s, params) for d, s in jobs)
+        return list(progress(gen, total=len(jobs), desc="closed-loop runs"))
+    return [run_domain(d, cfg, s, params) for d, s in progress(jobs, desc="closed-loop runs")]
+
+
+def summarise(acc: pd.DataFrame) -> pd.DataFrame:
+    """Mean and std (over runs = domain x seed) of each method's accuracy, per oracle."""
+    g = acc.groupby(["oracle", "method"])["accuracy"]
+    out = pd.DataFrame({"mean": g.mean(), "std": g.std(ddof=0), "runs": g.size()}).reset_index()
+    out["method"] = pd.Categorical(out["method"], METHODS, ordered=True)
+    return out.sort_values(["oracle", "method"]).reset_index(drop=True)
+
+
+def mean_accuracy(acc: pd.DataFrame, method: str, oracle: str) -> float:
+    """A method's accuracy against ``oracle`` averaged over runs (all test moves)."""
+    s = acc[(acc["method"] == method) & (acc["oracle"] == oracle)]["accuracy"]
+    if s.empty:
+        raise ValueError(f"no accuracy for method {method!r} and oracle {oracle!r}")
+    return float(s.mean())
+
+
+def costs(runs: list[Run]) -> pd.DataFrame:
+    """Per-explanation wall time (ms, medians) of HCA, LIME and the interventional oracle.
+
+    HCA's cost is its online work per move (evidence + ranking) plus its share of
+    the PCMCI run (PCMCI seconds / moves explained in that run).
+    """
+    rows = []
+    for r in runs:
+        m = r.moves
+        share = r.pcmci_seconds / len(m)
+        rows += [{"method": "HCA", "domain": r.plant_name, "ms": 1e3 * (h + share)} for h in m["hca_s"]]
+        rows += [{"method": "LIME", "domain": r.plant_name, "ms": 1e3 * v} for v in m["lime_s"].dropna()]
+        rows += [{"method": "interventional oracle", "domain": r.plant_name, "ms": 1e3 * v}
+                 for v in m["oracle_s"]]
+    df = pd.DataFrame(rows)
+    return df.groupby("method")["ms"].median().rename("median ms per explanation").to_frame()
+
+
+def oracle_agreement(runs: list[Run]) -> float:
+    """Fraction of explained moves on which the two oracles name the same cause."""
+    m = pd.concat([r.moves for r in runs])
+    return float(np.mean(m["interventional"].to_numpy() == m["design"].to_numpy()))

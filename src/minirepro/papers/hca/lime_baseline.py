@@ -1,0 +1,113 @@
+"""LIME (the ``lime`` package) on the NMPC as a black box.
+
+Features: one knob per candidate cause (a shift of a bound over the horizon, in
+state units; a factor on a forecast's deviation from nominal: 1 is the actual
+forecast, 0 is nominal) and the current state. LIME perturbs them with its
+quartile discretizer fitted on samples drawn uniformly *inside the physical
+ranges*, so every perturbed input stays inside those ranges. The black box maps
+features to the first move of the input that moved most. LIME's explanation is
+its top-weighted feature; a state feature is read as the bound on that state
+nearest to the current value (a generous reading for LIME).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from lime.lime_tabular import LimeTabularExplainer
+
+from minirepro.papers.hca.mpc import NMPC, MPCInfeasibleError, MPCProblem, MPCSolution
+from minirepro.papers.hca.plants import Plant
+
+
+def lime_features(plant: Plant) -> tuple[list[str], np.ndarray]:
+    """Feature names and physical ranges ``(n_features, 2)``: cause knobs then states."""
+    names = [f"{c.name} knob" for c in plant.causes] + list(plant.state_names)
+    ranges = [c.feature_range for c in plant.causes] + [tuple(r) for r in plant.physical_x_range]
+    return names, np.array(ranges, float)
+
+
+def apply_features(plant: Plant, problem: MPCProblem, d_nominal: np.ndarray,
+                   z: np.ndarray) -> MPCProblem:
+    """The MPC problem for feature vector ``z`` (``(n_features,)``)."""
+    pr = problem.copy()
+    nc = len(plant.causes)
+    for i, c in enumerate(plant.causes):
+        if c.kind == "upper":
+            pr.x_upper[:, c.index] = problem.x_upper[:, c.index] + z[i]
+        elif c.kind == "lower":
+            pr.x_lower[:, c.index] = problem.x_lower[:, c.index] + z[i]
+        else:
+            dev = problem.d[:, c.index] - d_nominal[:, c.index]
+            pr.d[:, c.index] = d_nominal[:, c.index] + z[i] * dev
+    pr.x0 = np.asarray(z[nc:], float).copy()
+    return pr
+
+
+def instance_features(plant: Plant, problem: MPCProblem) -> np.ndarray:
+    """The explained move's own feature vector (zero shifts, factor 1, the state)."""
+    knobs = [1.0 if c.kind == "forecast" else 0.0 for c in plant.causes]
+    return np.concatenate([knobs, problem.x0])
+
+
+@dataclass
+class LimeResult:
+    """LIME's label, its feature weights, and how the black box was queried."""
+
+    label: int
+    weights: dict[str, float]
+    n_queries: int
+    n_infeasible: int
+    queried: np.ndarray = field(repr=False)  # (n_queries, n_features)
+
+
+def lime_explain(mpc: NMPC, problem: MPCProblem, d_nominal: np.ndarray, primary_input: int,
+                 num_samples: int = 100, seed: int = 0, sol: MPCSolution | None = None) -> LimeResult:
+    """Explain the first move of ``primary_input`` with LIME (regression mode).
+
+    ``sol`` (the explained move's solution) warm-starts every black-box query.
+    """
+    plant = mpc.plant
+    if num_samples < 10:
+        raise ValueError(f"LIME needs num_samples >= 10, got {num_samples}")
+    if not 0 <= primary_input < plant.n_u:
+        raise ValueError(f"primary_input must be in [0, {plant.n_u}), got {primary_input}")
+    names, ranges = lime_features(plant)
+    rng = np.random.default_rng(seed)
+    train = rng.uniform(ranges[:, 0], ranges[:, 1], size=(400, len(names)))
+    z0 = np.clip(instance_features(plant, problem), ranges[:, 0], ranges[:, 1])
+    queried: list[np.ndarray] = []
+    bad = [0]
+
+    def black_box(Z: np.ndarray) -> np.ndarray:
+        out = np.empty(len(Z))
+        for r, z in enumerate(Z):
+            queried.append(np.array(z))
+            try:
+                pz = apply_features(plant, problem, d_nominal, z)
+                out[r] = (mpc.solve(pz, init=sol, retry=False) if sol is not None else mpc.solve(pz, warm=False)).u[0, primary_input]
+            except MPCInfeasibleError:  # the controller would hold its last input
+                bad[0] += 1
+                out[r] = problem.u_prev[primary_input]
+        return out
+
+    explainer = LimeTabularExplainer(train, mode="regression", feature_names=names,
+                                     discretize_continuous=True, discretizer="quartile",
+                                     random_state=seed)
+    exp = explainer.explain_instance(z0, black_box, num_features=len(names), num_samples=num_samples)
+    weights = dict.fromkeys(names, 0.0)
+    for idx, w in exp.as_map()[1]:
+        weights[names[idx]] = float(w)
+    top = max(range(len(names)), key=lambda i: abs(weights[names[i]]))
+    nc = len(plant.causes)
+    if top < nc:
+        label = top
+    else:  # a state feature: the nearest bound on that state
+        s = top - nc
+        cands = [i for i, c in enumerate(plant.causes) if c.kind != "forecast" and c.index == s]
+        gaps = [(problem.x_upper[:, s].min() - problem.x0[s]) if plant.causes[i].kind == "upper"
+                else (problem.x0[s] - problem.x_lower[:, s].max()) for i in cands]
+        label = cands[int(np.argmin(gaps))]
+    return LimeResult(label=label, weights=weights, n_queries=len(queried), n_infeasible=bad[0],
+                      queried=np.array(queried))
