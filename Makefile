@@ -12,7 +12,6 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TQDM_DISABLE := 1
 export PYTHONHASHSEED := 0
-export MPLBACKEND := agg
 
 help:
 	@echo "make test     unit tests, the nbval goldens and a smoke-scale book build (what CI runs)"

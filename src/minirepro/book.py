@@ -64,7 +64,7 @@ def build(scale: str | None = None, root: Path | None = None, strict: bool = Tru
            "--config", str(derived), "--path-output", str(out), "--keep-going"]
     if strict:
         cmd += ["-W", "-n"]
-    env = dict(os.environ, MINIREPRO_SCALE=scale, TQDM_DISABLE="1", MPLBACKEND="agg",
+    env = dict(os.environ, MINIREPRO_SCALE=scale, TQDM_DISABLE="1",
                PYTHONHASHSEED="0", MINIREPRO_ROOT=str(root))
     env.pop("MINIREPRO_RESULTS", None)
     env.pop("MINIREPRO_FIGDIR", None)

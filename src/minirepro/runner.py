@@ -75,7 +75,6 @@ def kernel_env(extra: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     env.setdefault("PYTHONHASHSEED", "0")
-    env.setdefault("MPLBACKEND", "agg")
     return env
 
 

@@ -34,7 +34,8 @@ METHOD_COLORS: dict[str, str] = {
     "sparseinfer": "#0072B2", "sparseinfer (similarity)": "#56B4E9", "random": "#BCBD22",
     "static hot": "#E69F00", "per-token oracle": "#7F7F7F", "dejavu": "#CC79A7",
     # RQ-MoE
-    "rq-moe": "#0072B2", "qinco": "#D55E00", "rq": "#009E73", "pq": "#E69F00",
+    "rq-moe": "#0072B2", "rq-moe (serial)": "#0072B2", "qinco": "#D55E00", "rq": "#009E73",
+    "rq (beam 8)": "#17BECF", "pq": "#E69F00",
     "opq": "#CC79A7", "lsq": "#8C564B",
     # MoCL
     "mocl": "#0072B2", "gpm": "#D55E00", "ewc": "#009E73", "fine-tuning": "#7F7F7F",

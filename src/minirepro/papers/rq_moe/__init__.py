@@ -1,0 +1,61 @@
+"""RQ-MoE (residual quantization via mixture of experts) and the quantizers it is compared with.
+
+One file per concern:
+
+* ``data``: the two vector sets (synthetic mixture, warped-digits embeddings) and their splits;
+* ``rq``: plain residual quantization written here (greedy k-means on residuals);
+* ``quantizers``: ``RQMoE`` and ``QINCo`` in torch, and the normalised training loss;
+* ``train``: initialisation scale and the training loop;
+* ``baselines``: faiss PQ, OPQ, RQ (beam 1 / 8), LSQ behind one ``FaissQuantizer``;
+* ``evaluate``: MSE, R@k, decode timing, sequential depth;
+* ``experiment``: the chapter's config and comparison runs.
+"""
+
+from minirepro.papers.rq_moe.baselines import BASELINES, FaissQuantizer
+from minirepro.papers.rq_moe.data import DATASETS, VectorSplits, load_vectors
+from minirepro.papers.rq_moe.evaluate import mse, recall_at, sequential_depth, true_neighbours
+from minirepro.papers.rq_moe.experiment import (
+    METHODS,
+    NEURAL,
+    Config,
+    build_neural,
+    code_size_curve,
+    decode_time_curve,
+    run_comparison,
+    run_setting,
+    summarise,
+    timing_models,
+)
+from minirepro.papers.rq_moe.quantizers import QINCo, RQMoE, normalized_loss
+from minirepro.papers.rq_moe.rq import PlainRQ
+from minirepro.papers.rq_moe.special_cases import special_case_deviations
+from minirepro.papers.rq_moe.train import data_scale, train_quantizer
+
+__all__ = [
+    "BASELINES",
+    "DATASETS",
+    "METHODS",
+    "NEURAL",
+    "Config",
+    "FaissQuantizer",
+    "PlainRQ",
+    "QINCo",
+    "RQMoE",
+    "VectorSplits",
+    "build_neural",
+    "code_size_curve",
+    "data_scale",
+    "decode_time_curve",
+    "load_vectors",
+    "mse",
+    "normalized_loss",
+    "recall_at",
+    "run_comparison",
+    "run_setting",
+    "sequential_depth",
+    "special_case_deviations",
+    "summarise",
+    "timing_models",
+    "train_quantizer",
+    "true_neighbours",
+]

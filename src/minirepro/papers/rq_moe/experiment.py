@@ -1,0 +1,221 @@
+"""The chapter's experiment: every quantizer on the same splits, same code size, several seeds."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+import torch
+
+from minirepro.core import ScaledConfig, progress, set_seed
+from minirepro.papers.rq_moe.baselines import BASELINES, FaissQuantizer
+from minirepro.papers.rq_moe.data import VectorSplits, load_vectors
+from minirepro.papers.rq_moe.evaluate import mse, recall_at, true_neighbours
+from minirepro.papers.rq_moe.quantizers import QINCo, RQMoE
+from minirepro.papers.rq_moe.train import data_scale, train_quantizer
+
+NEURAL: tuple[str, ...] = ("RQ-MoE", "QINCo")
+# One intra-op thread for torch and faiss: the matrices here are too small to gain from a
+# second thread (on a shared machine a second thread mostly spins), and a fixed count keeps
+# the recorded numbers identical from machine to machine.
+THREADS = 1
+METHODS: tuple[str, ...] = NEURAL + BASELINES
+
+
+@dataclass
+class Config(ScaledConfig):
+    """Sizes of the miniature. Code size is ``M * log2(K)`` bits per vector."""
+
+    n_train: int = 5000          # training vectors (quantizers are fitted on these only)
+    n_database: int = 2000       # database vectors (encoded, decoded, searched)
+    n_queries: int = 200         # query vectors (raw, never encoded)
+    d: int = 32                  # vector dimension
+    K: int = 32                  # codewords per step (5 bits)
+    M: int = 4                   # steps of the headline comparison
+    curve_M: tuple[int, ...] = (2, 4, 8)  # steps for the code-size curve (seed 0, synthetic)
+    steps: int = 80              # Adam steps for RQ-MoE and QINCo (the same budget)
+    batch_size: int = 128
+    lr: float = 3e-3
+    n_experts: int = 4           # RQ-MoE: experts per step
+    hidden: int = 16             # RQ-MoE: expert hidden width
+    n_layers: int = 1            # RQ-MoE: residual blocks per expert
+    qinco_hidden: int = 32       # QINCo: hidden width (parameters roughly matched to RQ-MoE)
+    qinco_layers: int = 2        # QINCo: residual blocks per step
+    kmeans_iters: int = 20       # k-means iterations of the faiss PQ and RQ codebooks
+    opq_iters: int = 10
+    lsq_train_iters: int = 10
+    lsq_encode_iters: int = 8
+    timing_M: tuple[int, ...] = (2, 4, 8, 16)
+    timing_repeats: int = 9
+    n_seeds: int = 3             # seeds of the headline comparison
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
+        "smoke": {"n_train": 1000, "n_database": 500, "n_queries": 100, "steps": 10,
+                  "curve_M": (2, 4), "timing_M": (2, 4, 8), "timing_repeats": 5,
+                  "kmeans_iters": 10, "opq_iters": 4, "lsq_train_iters": 4, "lsq_encode_iters": 4,
+                  "n_seeds": 1},
+        "book": {},
+        "full": {"n_train": 30000, "n_database": 10000, "n_queries": 1000, "K": 64,
+                 "steps": 2000, "batch_size": 256, "lr": 1e-3, "hidden": 32,
+                 "qinco_hidden": 64, "opq_iters": 50, "lsq_train_iters": 25,
+                 "lsq_encode_iters": 16, "timing_repeats": 7},
+    }
+
+    @property
+    def nbits(self) -> int:
+        if self.K < 2 or self.K & (self.K - 1):
+            raise ValueError(f"K must be a power of two >= 2, got {self.K}")
+        return int(math.log2(self.K))
+
+
+def build_neural(method: str, cfg: Config, M: int) -> RQMoE | QINCo:
+    """An RQ-MoE or QINCo network of the config's size with ``M`` steps (not yet initialised)."""
+    if method == "RQ-MoE":
+        return RQMoE(cfg.d, cfg.K, M, n_experts=cfg.n_experts, hidden=cfg.hidden,
+                     n_layers=cfg.n_layers)
+    if method == "QINCo":
+        return QINCo(cfg.d, cfg.K, M, hidden=cfg.qinco_hidden, n_layers=cfg.qinco_layers)
+    raise ValueError(f"unknown neural method {method!r}; expected one of {NEURAL}")
+
+
+def run_setting(splits: VectorSplits, cfg: Config, M: int, seed: int,
+                methods: tuple[str, ...] = METHODS) -> tuple[list[dict], dict]:
+    """Fit, encode and decode the database with every method; measure MSE and recall.
+
+    RQ-MoE and QINCo start from the codebooks of faiss's beam-1 ``ResidualQuantizer``
+    (the "RQ" row), so at step 0 of training they are exactly that quantizer.
+
+    Returns:
+        (rows, models): one dict per method with ``mse``, ``R@1``, ``R@10``, timings
+        (seconds, this run only) and sizes; and the fitted quantizers by name.
+    """
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        raise ValueError(f"unknown methods {sorted(unknown)}; expected some of {METHODS}")
+    import faiss
+
+    set_seed(seed, threads=THREADS)
+    faiss.omp_set_num_threads(THREADS)
+    xt, xb, xq = splits.train, splits.database, splits.queries
+    gt = true_neighbours(xq, xb)
+    models: dict[str, Any] = {}
+    rq = FaissQuantizer("RQ", cfg.d, M, cfg.nbits, kmeans_iters=cfg.kmeans_iters, seed=seed).fit(xt)
+    rows = []
+    for name in methods:
+        t0 = time.perf_counter()
+        extra: dict[str, Any] = {}
+        if name == "RQ":
+            q = rq
+        elif name in BASELINES:
+            q = FaissQuantizer(name, cfg.d, M, cfg.nbits, opq_iters=cfg.opq_iters,
+                               lsq_train_iters=cfg.lsq_train_iters,
+                               lsq_encode_iters=cfg.lsq_encode_iters,
+                               kmeans_iters=cfg.kmeans_iters, seed=seed).fit(xt)
+        else:
+            torch.manual_seed(seed)
+            q = build_neural(name, cfg, M).init_from_rq(rq.codebooks(), data_scale(xt))
+            losses = train_quantizer(q, xt, cfg.steps, cfg.batch_size, cfg.lr, seed=seed,
+                                     desc=f"{name} M={M} seed={seed}")
+            extra = {"params": q.n_parameters(), "loss_first": losses[0], "loss_last": losses[-1]}
+        fit_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        codes = np.asarray(q.encode(xb))
+        enc_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        dec = np.asarray(q.decode(codes))
+        dec_s = time.perf_counter() - t0
+        rec = recall_at(xq, dec, gt)
+        rows.append({"dataset": splits.name, "seed": seed, "method": name, "M": M,
+                     "bits": M * cfg.nbits, "mse": mse(xb, dec), "R@1": rec[1], "R@10": rec[10],
+                     "fit_s": fit_s, "encode_s": enc_s, "decode_s": dec_s, **extra})
+        models[name] = q
+    return rows, models
+
+
+def run_comparison(cfg: Config, datasets: tuple[str, ...], seeds: list[int],
+                   M: int | None = None, methods: tuple[str, ...] = METHODS
+                   ) -> tuple[pd.DataFrame, dict[tuple[str, int], dict]]:
+    """``run_setting`` on each dataset and seed (fresh data draw per seed).
+
+    Returns:
+        (one row per method and run, the fitted quantizers by ``(dataset, seed)``).
+    """
+    M = M or cfg.M
+    rows: list[dict] = []
+    models: dict[tuple[str, int], dict] = {}
+    for ds, seed in progress([(ds, s) for ds in datasets for s in seeds], desc="settings"):
+        splits = load_vectors(ds, cfg.n_train, cfg.n_database, cfg.n_queries, d=cfg.d, seed=seed)
+        new_rows, models[ds, seed] = run_setting(splits, cfg, M, seed, methods)
+        rows += new_rows
+    return pd.DataFrame(rows), models
+
+
+def code_size_curve(cfg: Config, headline: pd.DataFrame, dataset: str = "synthetic",
+                    seed: int = 0) -> pd.DataFrame:
+    """Every method at each ``cfg.curve_M`` on one dataset and seed.
+
+    Rows for ``M == cfg.M`` are taken from ``headline`` (same data, same seed), the other
+    code sizes are run here.
+    """
+    parts = [headline[(headline.dataset == dataset) & (headline.seed == seed)
+                      & (headline.M == cfg.M)]]
+    for M in cfg.curve_M:
+        if M != cfg.M:
+            parts.append(run_comparison(cfg, (dataset,), [seed], M=M)[0])
+    return pd.concat(parts, ignore_index=True).sort_values(["method", "M"], ignore_index=True)
+
+
+def decode_time_curve(cfg: Config, n_codes: int | None = None, seed: int = 0) -> pd.DataFrame:
+    """Median decode time of QINCo, RQ-MoE (fused) and RQ-MoE (serial) for each ``cfg.timing_M``.
+
+    All three are timed interleaved in one run per M on the same random codes
+    (``n_codes`` of them, default ``cfg.n_database``). Returns one row per (M, method)
+    with ``seconds``, ``speedup_vs_QINCo`` and the ``depth`` bound of ``sequential_depth``.
+    """
+    from minirepro.core import compare_times
+    from minirepro.papers.rq_moe.evaluate import sequential_depth
+
+    set_seed(seed, threads=THREADS)
+    n_codes = n_codes or cfg.n_database
+    rows = []
+    for M in progress(cfg.timing_M, desc="decode timing"):
+        models = timing_models(cfg, M, seed)
+        codes = torch.as_tensor(np.random.default_rng(seed).integers(0, cfg.K, size=(n_codes, M)))
+        q, r = models["QINCo"], models["RQ-MoE"]
+        fns = {"QINCo": lambda q=q, c=codes: q.decode(c),
+               "RQ-MoE": lambda r=r, c=codes: r.decode(c),
+               "RQ-MoE (serial)": lambda r=r, c=codes: r.decode_serial(c)}
+        t = compare_times(fns, repeats=cfg.timing_repeats, warmup=1, baseline="QINCo")
+        layers = {"QINCo": cfg.qinco_layers, "RQ-MoE": cfg.n_layers, "RQ-MoE (serial)": cfg.n_layers}
+        for name, sec in t.medians.items():
+            depth = sequential_depth("QINCo" if name != "RQ-MoE" else "RQ-MoE", M, layers[name])
+            rows.append({"M": M, "method": name, "seconds": sec,
+                         "speedup_vs_QINCo": t.speedups[name], "depth": depth})
+    return pd.DataFrame(rows)
+
+
+def summarise(df: pd.DataFrame, metrics: tuple[str, ...] = ("mse", "R@1", "R@10")) -> pd.DataFrame:
+    """Mean and standard deviation over seeds per dataset and method, methods in book order."""
+    out = df.groupby(["dataset", "method"])[list(metrics)].agg(["mean", "std"])
+    order = {m: i for i, m in enumerate(METHODS)}
+    return out.sort_index(level=1, key=lambda s: s.map(order)).sort_index(level=0, sort_remaining=False)
+
+
+def timing_models(cfg: Config, M: int, seed: int = 0) -> dict[str, RQMoE | QINCo]:
+    """RQ-MoE and QINCo with ``M`` steps and perturbed weights, for decode timing only.
+
+    Decode cost does not depend on the weights' values, so these need no training.
+    """
+    from minirepro.papers.rq_moe.evaluate import perturb_
+
+    rng = np.random.default_rng(seed)
+    books = rng.normal(size=(M, cfg.K, cfg.d)).astype(np.float32)
+    out = {}
+    for name in ("QINCo", "RQ-MoE"):
+        torch.manual_seed(seed)
+        out[name] = perturb_(build_neural(name, cfg, M).init_from_rq(books), seed=seed)
+    return out
