@@ -28,6 +28,12 @@ def test_set_seed_makes_python_numpy_torch_repeat():
     assert np.random.rand() != draw()[1]
 
 
+def test_set_seed_turns_on_deterministic_algorithms():
+    set_seed(0)
+    assert torch.are_deterministic_algorithms_enabled()
+    assert torch.is_deterministic_algorithms_warn_only_enabled()
+
+
 def test_set_seed_fixes_threads(monkeypatch):
     monkeypatch.setenv("MINIREPRO_THREADS", "1")
     set_seed(0)

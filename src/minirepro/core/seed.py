@@ -50,5 +50,24 @@ def set_seed(seed: int, threads: int | None = None, deterministic: bool = True) 
     if torch.get_num_threads() != n_threads:
         torch.set_num_threads(n_threads)
     if deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        _deterministic_torch(torch)
     return np.random.default_rng(seed)
+
+
+def _deterministic_torch(torch) -> None:
+    """``torch.use_deterministic_algorithms(True, warn_only=True)``, without its cost.
+
+    The public call imports ``torch._inductor`` (about a second) only to set the
+    compiler's flag; nothing here uses ``torch.compile``, so we set the eager flag
+    directly and the compiler's only if it is already loaded.
+    """
+    import sys
+
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None:  # pragma: no cover - a torch without the private hook
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        return
+    setter(True, warn_only=True)
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.deterministic = True

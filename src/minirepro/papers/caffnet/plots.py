@@ -1,0 +1,122 @@
+"""The chapter's figures (matplotlib; colours from the book's method palette)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from minirepro.core import color
+from minirepro.papers.caffnet.layer import caffine, candidates, compute_faces
+from minirepro.papers.caffnet.models import METHODS, predict
+from minirepro.papers.caffnet.scenarios import pwc_bounds
+
+
+def toy_polytope() -> tuple[torch.Tensor, torch.Tensor]:
+    """A 2-D polygon with m = 5 rows (m > n = 2) for the geometry figure: (A, b)."""
+    ang = np.deg2rad([90, 160, 215, 290, 20])
+    A = torch.as_tensor(np.stack([np.cos(ang), np.sin(ang)], axis=1))
+    b = torch.tensor([[1.0, 1.2, 0.9, 1.1, 1.0]], dtype=torch.float64)
+    return A, b
+
+
+def plot_geometry(f=(0.3, 1.8), w=(-0.3, 0.5)):
+    """Two panels: the CAffine candidates for w = 0 (the projection) and for w != 0."""
+    A, b = toy_polytope()
+    f_t = torch.tensor([f], dtype=torch.float64)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharex=True, sharey=True)
+    grid = np.linspace(-2.5, 2.5, 401)
+    X, Y = np.meshgrid(grid, grid)
+    pts = np.stack([X.ravel(), Y.ravel()], axis=1)
+    inside = (pts @ A.numpy().T <= b.numpy()).all(axis=1).reshape(X.shape)
+    faces = compute_faces(A)
+    for ax, wv, name in [(axes[0], (0.0, 0.0), "CAffNet (w=0)"), (axes[1], w, "CAffNet")]:
+        w_t = torch.tensor([wv], dtype=torch.float64)
+        cand = candidates(f_t, w_t, b, faces, A)[0].numpy()
+        feas = (cand @ A.numpy().T - b.numpy() <= 1e-10).all(axis=1)
+        y, idx = caffine(f_t, w_t, A, b, return_index=True)
+        ax.contourf(X, Y, inside, levels=[0.5, 1.5], colors=["#DDDDDD"])
+        for a, beta in zip(A.numpy(), b.numpy()[0]):  # the lines a'y = beta
+            t = np.linspace(-4, 4, 2)
+            base = a * beta
+            ax.plot(base[0] - a[1] * t, base[1] + a[0] * t, color="#AAAAAA", lw=0.8, ls="--")
+        ax.scatter(*cand[~feas].T, facecolors="none", edgecolors="#7F7F7F", s=40,
+                   label="infeasible candidate")
+        ax.scatter(*cand[feas].T, color="#7F7F7F", s=40, label="feasible candidate")
+        ax.scatter(*f_t[0].numpy(), color="black", marker="x", s=70, label="network output f")
+        ax.scatter(*y[0].numpy(), color=color(name), marker="*", s=260, zorder=5,
+                   label=f"{name} output")
+        ax.plot(*np.stack([f_t[0].numpy(), y[0].numpy()]).T, color=color(name), lw=1.5)
+        ax.set_title(f"{name}: w = ({wv[0]:.1f}, {wv[1]:.1f})")
+        ax.set_xlim(-2.5, 2.5)
+        ax.set_ylim(-2.5, 2.5)
+        ax.set_aspect("equal")
+        ax.set_xlabel("$y_1$ (output units)")
+    axes[0].set_ylabel("$y_2$ (output units)")
+    axes[1].legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_piecewise(run, seed: int, methods=("soft penalty", "HardNet-Aff", "CAffNet")):
+    """The 1-D problem: target, feasible band and predictions (top); violation (bottom)."""
+    sc, data = run.scenario, run.data
+    x = sc.grid_x(800)
+    bl, bu = pwc_bounds(x)
+    lo, hi = bl.amax(dim=1).numpy(), bu.amin(dim=1).numpy()
+    xs = x[:, 0].numpy()
+    fig, (ax, axv) = plt.subplots(2, 1, figsize=(8, 6), sharex=True,
+                                  gridspec_kw={"height_ratios": [3, 1.3]})
+    ax.fill_between(xs, lo, hi, color="#DDDDDD", label="feasible set (both intervals)", step="mid")
+    ax.plot(xs, sc.target(x)[:, 0].numpy(), color="black", lw=1, ls=":", label="target")
+    ax.scatter(data.x_train[:, 0], data.t_train[:, 0], color="black", s=10, label="training points")
+    for m in methods:
+        y = predict(run.model, sc, x, m, seed)[:, 0].numpy()
+        ax.plot(xs, y, color=color(m), lw=1.6, label=m)
+        viol = np.maximum(0, np.maximum(lo - y, y - hi))
+        axv.plot(xs, viol, color=color(m), lw=1.4, label=m)
+    ax.set_ylabel("y (target units)")
+    ax.set_ylim(-4.5, 4.5)
+    ax.legend(ncol=3, fontsize=8, loc="lower left")
+    axv.set_xlabel("input x")
+    axv.set_ylabel("violation")
+    fig.tight_layout()
+    return fig
+
+
+def plot_metrics(table, methods=METHODS):
+    """Per scenario: the test error (top) and the max violation (bottom) of every method,
+    one dot per seed, a bar at the mean."""
+    scen = list(dict.fromkeys(table.scenario))
+    fig, axes = plt.subplots(2, len(scen), figsize=(4.4 * len(scen), 7.0), squeeze=False)
+    for j, sc in enumerate(scen):
+        t = table[table.scenario == sc]
+        for row, col, label in [(0, "error", "test MSE" if sc == "piecewise" else
+                                 "optimality gap\n(objective units, symlog)"),
+                                (1, "max_violation", "max violation\n(constraint units, log)")]:
+            ax = axes[row, j]
+            for i, m in enumerate(methods):
+                v = t[t.method == m][col].to_numpy()
+                if col == "max_violation":
+                    v = np.maximum(v, 1e-17)
+                ax.bar(i, v.mean(), color=color(m), alpha=0.35, width=0.7)
+                ax.scatter(np.full(len(v), i) + np.linspace(-0.15, 0.15, len(v)), v,
+                           color=color(m), s=18, zorder=3, label=m if j == 0 and row == 0 else None)
+            if col == "max_violation":
+                ax.set_yscale("log")
+                ax.set_ylim(bottom=1e-17)
+                ax.axhline(1e-9, color="black", lw=0.8, ls="--")
+            elif sc != "piecewise":  # gaps span decades and can be negative
+                ax.set_yscale("symlog", linthresh=1e-4)
+                ax.axhline(0, color="black", lw=0.8)
+            ax.set_xticks(range(len(methods)))
+            ax.set_xticklabels([m.replace(" (", "\n(") for m in methods], fontsize=7, rotation=30)
+            ax.set_ylabel(label)
+            if row == 0:
+                ax.set_title(sc)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    fig.legend(loc="upper center", ncol=len(methods), fontsize=9, bbox_to_anchor=(0.5, 0.995))
+    return fig
+
+
+__all__ = ["plot_geometry", "plot_metrics", "plot_piecewise", "toy_polytope"]

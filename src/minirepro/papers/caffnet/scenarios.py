@@ -1,0 +1,215 @@
+"""The three scenarios: a 1-D piecewise target, a parametric convex QP, the DC3 problem.
+
+Each scenario gives, for inputs ``x`` of shape (B, d):
+
+* ``constraints(x)`` -> ``(A, b)``: ``A(x) y <= b(x)`` for the CAffine layer, the
+  fixed projection and the penalty (equalities as row pairs);
+* ``hardnet_constraints(x)`` -> ``(A_h, bl, bu)``: the same set as
+  ``bl <= A_h y <= bu``, the form HardNet-Aff takes (an equality is one row);
+* ``task_loss(y, x, target)``: the training objective before the penalty;
+* ``error(y, x, target)``: the per-sample error on test data (squared error, or
+  the objective gap to the reference solver).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+# ----------------------------------------------------------------- 1-D piecewise target
+
+
+def pwc_target(x: torch.Tensor) -> torch.Tensor:
+    """The piecewise target of the paper's 1-D scenario (four regions of [-2, 2]).
+
+    Args: x (B, 1). Returns (B, 1).
+    """
+    s = torch.sin(math.pi * (x + 1) / 2)
+    safe = torch.where(x == 0, torch.ones_like(x), x)
+    return torch.where(x <= -1, -5 * s - 2,
+           torch.where(x <= 0, torch.full_like(x, -2.0),
+           torch.where(x <= 1, 2 - 9 * (x - 2 / 3) ** 2, 3 / safe ** 2 - 2)))
+
+
+def pwc_bounds(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two input-dependent intervals ``bl_i(x) <= y <= bu_i(x)``, i = 1, 2.
+
+    Reconstructed from the paper's public code (same formulas). On (-1, 0] the
+    first interval is the single point y = -2: an equality. Returns
+    ``(bl, bu)``, each (B, 2).
+    """
+    s = torch.sin(math.pi * (x + 1) / 2)
+    safe = torch.where(x == 0, torch.ones_like(x), x)
+    one = torch.ones_like(x)
+    regions = [x <= -1, (x > -1) & (x <= 0), (x > 0) & (x <= 1), x > 1]
+    lows = [(5 * s ** 2 - 3, 5 * s ** 8 - 2), (-2 * one, -3 * one),
+            ((4 - 9 * (x - 2 / 3) ** 2) * x - 2.5, (5 - 4 * (x - 1 / 6) ** 2) * x - 2.5),
+            (3 / safe ** 3 - 2.5, 1.5 / safe ** 3 - 1.5 - 5 / 18)]
+    highs = [(-3 * s + 0.2, -3 * s ** 3 + 1), (-2 * one, 2 * one),
+             (3 - 4 * (x - 0.5) ** 2, 3 - 4 * (x - 0.8) ** 2), (2 * one, 2.5 * one)]
+    bl = torch.zeros(x.shape[0], 2, dtype=x.dtype)
+    bu = torch.zeros(x.shape[0], 2, dtype=x.dtype)
+    for r, lo, hi in zip(regions, lows, highs):
+        bl = torch.where(r, torch.cat(lo, dim=1), bl)
+        bu = torch.where(r, torch.cat(hi, dim=1), bu)
+    return bl, bu
+
+
+@dataclass
+class PiecewiseScenario:
+    """1-D regression ``y = target(x)`` with two input-dependent intervals (m = 4 > n = 1)."""
+
+    name: str = "piecewise"
+    supervised: bool = True
+    n: int = 1
+    x_dim: int = 1
+    x_range: tuple[float, float] = (-2.0, 2.0)
+
+    def sample_x(self, count: int, rng: np.random.Generator) -> torch.Tensor:
+        """Uniform inputs on ``x_range``, (count, 1)."""
+        return torch.as_tensor(rng.uniform(*self.x_range, size=(count, 1)), dtype=torch.float64)
+
+    def grid_x(self, count: int) -> torch.Tensor:
+        """Evenly spaced inputs on ``x_range``, (count, 1)."""
+        return torch.linspace(*self.x_range, count, dtype=torch.float64)[:, None]
+
+    def target(self, x: torch.Tensor) -> torch.Tensor:
+        return pwc_target(x)
+
+    def hardnet_constraints(self, x):
+        bl, bu = pwc_bounds(x)
+        return torch.ones(2, 1, dtype=x.dtype), bl, bu
+
+    def constraints(self, x):
+        bl, bu = pwc_bounds(x)
+        A = torch.tensor([[-1.0], [-1.0], [1.0], [1.0]], dtype=x.dtype)
+        return A, torch.cat([-bl, bu], dim=1)
+
+    def task_loss(self, y, x, target):
+        """Mean squared error over the sample axis: (..., B, 1) -> (...)."""
+        return ((y - target) ** 2).sum(dim=-1).mean(dim=-1)
+
+    def error(self, y, x, target):
+        """Squared error per sample, (B,)."""
+        return ((y - target) ** 2).sum(dim=-1)
+
+
+# ------------------------------------------------------------- DC3-style optimisation
+
+
+@dataclass
+class OptimisationScenario:
+    """DC3-style parametric problem: ``min_y 1/2 y'Qy + p'g(y)  s.t.  Gy <= h, Cy = x``.
+
+    ``g(y) = y`` (``convex=True``: a convex QP solved exactly with cvxpy) or
+    ``g(y) = sin(y)`` (the nonconvex DC3 problem, solved locally with IPOPT via
+    casadi, as the paper's reference solver). Following DC3, ``Q = diag(U[0,1])``,
+    ``p ~ U[0,1]``, ``G, C ~ N(0, 1)`` and ``h = sum_j |G C^+|_{ij}``, which makes
+    ``y = C^+ x`` feasible for every ``x`` in ``[-1, 1]^{n_eq}``.
+    """
+
+    n: int = 4
+    n_ineq: int = 4
+    n_eq: int = 2
+    convex: bool = True
+    problem_seed: int = 0
+    name: str = field(init=False)
+    supervised: bool = False  # trained on the objective; y* is needed only for testing
+
+    def __post_init__(self):
+        if min(self.n, self.n_ineq, self.n_eq) < 1 or self.n_eq >= self.n:
+            raise ValueError(f"need n > n_eq >= 1 and n_ineq >= 1, got n={self.n}, "
+                             f"n_eq={self.n_eq}, n_ineq={self.n_ineq}")
+        self.name = "convex QP" if self.convex else "nonconvex (DC3)"
+        rng = np.random.default_rng(self.problem_seed)
+        self.Q = np.diag(rng.random(self.n))
+        self.p = rng.random(self.n)
+        self.G = rng.normal(size=(self.n_ineq, self.n))
+        self.C = rng.normal(size=(self.n_eq, self.n))
+        self.h = np.abs(self.G @ np.linalg.pinv(self.C)).sum(axis=1)
+        self.x_dim = self.n_eq
+        self._t = {k: torch.as_tensor(getattr(self, k)) for k in ("Q", "p", "G", "C", "h")}
+
+    @property
+    def m(self) -> int:
+        """Rows of ``A y <= b``: the inequalities and two per equality."""
+        return self.n_ineq + 2 * self.n_eq
+
+    def sample_x(self, count: int, rng: np.random.Generator) -> torch.Tensor:
+        return torch.as_tensor(rng.uniform(-1, 1, size=(count, self.n_eq)), dtype=torch.float64)
+
+    def constraints(self, x):
+        t = self._t
+        A = torch.cat([t["G"], t["C"], -t["C"]], dim=0)
+        b = torch.cat([t["h"].expand(x.shape[0], -1), x, -x], dim=1)
+        return A, b
+
+    def hardnet_constraints(self, x):
+        t = self._t
+        A = torch.cat([t["G"], t["C"]], dim=0)
+        inf = torch.full((x.shape[0], self.n_ineq), math.inf, dtype=x.dtype)
+        return A, torch.cat([-inf, x], dim=1), torch.cat([t["h"].expand(x.shape[0], -1), x], dim=1)
+
+    def objective(self, y: torch.Tensor) -> torch.Tensor:
+        """``1/2 y'Qy + p'g(y)`` per sample: (..., n) -> (...)."""
+        t = self._t
+        g = y if self.convex else torch.sin(y)
+        return 0.5 * ((y @ t["Q"]) * y).sum(dim=-1) + g @ t["p"]
+
+    def task_loss(self, y, x, target):
+        """Mean objective over the sample axis (self-supervised, as DC3): (..., B, n) -> (...)."""
+        return self.objective(y).mean(dim=-1)
+
+    def error(self, y, x, target):
+        """Optimality gap ``obj(y) - obj(y*)`` per sample, (B,); ``target`` holds y*."""
+        return self.objective(y) - self.objective(target)
+
+    def target(self, x: torch.Tensor) -> torch.Tensor:
+        """The reference solution y*(x) (B, n): cvxpy for the QP, IPOPT otherwise."""
+        return solve_qp_cvxpy(self, x) if self.convex else solve_ipopt(self, x)
+
+
+def solve_qp_cvxpy(sc: OptimisationScenario, x: torch.Tensor) -> torch.Tensor:
+    """Exact QP solutions with cvxpy (Clarabel) for inputs x (T, n_eq): (T, n).
+
+    The T problems are independent, so they are stacked into one separable QP
+    and solved in a single call.
+    """
+    import cvxpy as cp
+
+    xn = x.detach().cpu().numpy()
+    Y = cp.Variable((xn.shape[0], sc.n))
+    q = np.sqrt(np.diag(sc.Q))
+    obj = 0.5 * cp.sum_squares(Y @ np.diag(q)) + cp.sum(Y @ sc.p)
+    prob = cp.Problem(cp.Minimize(obj), [Y @ sc.G.T <= sc.h[None], Y @ sc.C.T == xn])
+    prob.solve(solver=cp.CLARABEL)
+    if prob.status != cp.OPTIMAL:
+        raise RuntimeError(f"cvxpy returned {prob.status}")
+    return torch.as_tensor(Y.value, dtype=torch.float64)
+
+
+def solve_ipopt(sc: OptimisationScenario, x: torch.Tensor) -> torch.Tensor:
+    """Local solutions of the nonconvex problem with IPOPT (casadi), started at C^+ x."""
+    import casadi as ca
+
+    y = ca.MX.sym("y", sc.n)
+    xp = ca.MX.sym("x", sc.n_eq)
+    g = y if sc.convex else ca.sin(y)
+    obj = 0.5 * ca.dot(y, ca.mtimes(ca.DM(sc.Q), y)) + ca.dot(ca.DM(sc.p), g)
+    cons = ca.vertcat(ca.mtimes(ca.DM(sc.G), y) - ca.DM(sc.h), ca.mtimes(ca.DM(sc.C), y) - xp)
+    solver = ca.nlpsol("dc3", "ipopt", {"x": y, "p": xp, "f": obj, "g": cons},
+                       {"ipopt.print_level": 0, "print_time": 0, "ipopt.sb": "yes",
+                        "ipopt.tol": 1e-10, "ipopt.constr_viol_tol": 1e-10})
+    lbg = np.r_[-np.inf * np.ones(sc.n_ineq), np.zeros(sc.n_eq)]
+    ubg = np.zeros(sc.n_ineq + sc.n_eq)
+    Cp = np.linalg.pinv(sc.C)
+    out = []
+    for xi in x.detach().cpu().numpy():
+        res = solver(x0=Cp @ xi, p=xi, lbg=lbg, ubg=ubg)
+        if not solver.stats()["success"]:
+            raise RuntimeError(f"IPOPT failed for x={xi}: {solver.stats()['return_status']}")
+        out.append(np.asarray(res["x"]).ravel())
+    return torch.as_tensor(np.array(out), dtype=torch.float64)

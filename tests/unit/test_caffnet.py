@@ -1,0 +1,368 @@
+"""CAffNet: the CAffine layer and its baselines against independent references.
+
+References: cvxpy projections onto the polytope, a brute-force search over row
+subsets written with NumPy, closed forms (HardNet-Aff with full row rank, 1-D
+intervals), an LP for emptiness, and invariants checked with hypothesis.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from minirepro.papers import caffnet as C
+
+# ------------------------------------------------------------------ references
+
+
+def cvxpy_projection(f: np.ndarray, A: np.ndarray, b: np.ndarray, n_eq: int = 0) -> np.ndarray:
+    """argmin ||y - f|| s.t. A y <= b, solved by cvxpy (Clarabel). The last ``2 n_eq``
+    rows are equality pairs (C; -C); cvxpy gets them as ``C y = d``, which is better posed."""
+    y = cp.Variable(f.shape[0])
+    m = A.shape[0] - 2 * n_eq
+    cons = [A[:m] @ y <= b[:m]]
+    if n_eq:
+        cons.append(A[m:m + n_eq] @ y == b[m:m + n_eq])
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(y - f)), cons)
+    prob.solve(solver=cp.CLARABEL)
+    assert prob.status == cp.OPTIMAL
+    return y.value
+
+
+def brute_force_caffine(f, w, A, b, tol=C.TOL):
+    """The CAffine output by a plain loop over subsets, with numpy.linalg.pinv."""
+    m, n = A.shape
+    best, best_d = None, math.inf
+    if np.max(A @ f - b) <= tol:
+        best, best_d = f, 0.0
+    for k in range(1, min(m, n) + 1):
+        for g in itertools.combinations(range(m), k):
+            Ag, bg = A[list(g)], b[list(g)]
+            P = np.linalg.pinv(Ag)
+            c = f - P @ (Ag @ f - bg) + (np.eye(n) - P @ Ag) @ w
+            d = np.linalg.norm(c - f)
+            if np.max(A @ c - b) <= tol and d < best_d:
+                best, best_d = c, d
+    return best
+
+
+def random_polytope(rng, B, m, n, n_eq=0, shared=False):
+    """Random A (B, m + 2 n_eq, n), b with a known interior-or-boundary point y0."""
+    shape = (m, n) if shared else (B, m, n)
+    A = rng.normal(size=shape)
+    C_ = rng.normal(size=(n_eq, n) if shared else (B, n_eq, n))
+    y0 = rng.normal(size=(B, n))
+    Ay0 = np.einsum("bmn,bn->bm", A, y0) if not shared else y0 @ A.T
+    slack = rng.uniform(0, 1, size=(B, m)) * (rng.uniform(size=(B, m)) < 0.7)
+    b = Ay0 + slack
+    if n_eq:
+        d = np.einsum("bkn,bn->bk", C_, y0) if not shared else y0 @ C_.T
+        A = np.concatenate([A, C_, -C_], axis=-2)  # equalities as row pairs
+        b = np.concatenate([b, d, -d], axis=-1)
+    return torch.as_tensor(A), torch.as_tensor(b)
+
+
+# ------------------------------------------------------------------ subsets, faces
+
+
+@pytest.mark.parametrize("m,n", [(1, 1), (4, 1), (3, 5), (6, 3), (8, 4)])
+def test_subsets_enumerate_every_row_set_once(m, n):
+    S = C.constraint_subsets(m, n)
+    assert S.shape == (C.n_subsets(m, n), min(m, n))
+    sets = {tuple(sorted(int(i) for i in row if i < m)) for row in S}
+    expected = {g for k in range(1, min(m, n) + 1) for g in itertools.combinations(range(m), k)}
+    assert sets == expected and len(sets) == len(S)
+    assert C.n_subsets(m, n) == sum(math.comb(m, k) for k in range(1, min(m, n) + 1))
+
+
+def test_subsets_refuse_a_combinatorial_blowup():
+    with pytest.raises(ValueError, match="row subsets"):
+        C.constraint_subsets(60, 10)
+
+
+def test_faces_pinv_and_null_projector_match_numpy():
+    rng = np.random.default_rng(0)
+    A = torch.as_tensor(rng.normal(size=(3, 5, 3)))
+    F = C.compute_faces(A)
+    for i in range(3):
+        for s, row in enumerate(F.subsets):
+            g = [int(j) for j in row if j < 5]
+            P = np.linalg.pinv(A[i, g].numpy())
+            k = len(g)
+            assert np.allclose(F.pinv[i, s, :, :k].numpy(), P, atol=1e-12)
+            assert np.allclose(F.pinv[i, s, :, k:].numpy(), 0.0)
+            assert np.allclose(F.null[i, s].numpy(), np.eye(3) - P @ A[i, g].numpy(), atol=1e-12)
+
+
+# ------------------------------------------------------------------ the CAffine layer
+
+
+def test_caffine_matches_brute_force_with_random_w():
+    rng = np.random.default_rng(1)
+    A, b = random_polytope(rng, 20, 5, 3, n_eq=1)
+    f = torch.as_tensor(rng.normal(scale=3, size=(20, 3)))
+    w = torch.as_tensor(rng.normal(size=(20, 3)))
+    y = C.caffine(f, w, A, b)
+    for i in range(20):
+        ref = brute_force_caffine(f[i].numpy(), w[i].numpy(), A[i].numpy(), b[i].numpy())
+        assert np.allclose(y[i].numpy(), ref, atol=1e-9)
+
+
+def test_caffine_with_w_zero_is_the_cvxpy_projection():
+    rng = np.random.default_rng(2)
+    A, b = random_polytope(rng, 15, 6, 3, shared=True)
+    f = torch.as_tensor(rng.normal(scale=3, size=(15, 3)))
+    y = C.caffine(f, None, A, b)
+    for i in range(15):
+        assert np.allclose(y[i].numpy(), cvxpy_projection(f[i].numpy(), A.numpy(), b[i].numpy()),
+                           atol=1e-6)
+
+
+def test_caffine_returns_f_when_f_is_feasible_and_gradients_flow():
+    A = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    b = torch.tensor([[1.0, 1.0]], dtype=torch.float64)
+    f = torch.tensor([[0.2, -0.5]], dtype=torch.float64, requires_grad=True)
+    w = torch.tensor([[3.0, 3.0]], dtype=torch.float64, requires_grad=True)
+    y, idx = C.caffine(f, w, A, b, return_index=True)
+    assert idx.item() == 0 and torch.equal(y, f)
+    f2 = torch.tensor([[2.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    w2 = torch.tensor([[0.0, 0.3]], dtype=torch.float64, requires_grad=True)
+    y2 = C.caffine(f2, w2, A, b)            # face y1 = 1, moved along it by w
+    assert torch.allclose(y2, torch.tensor([[1.0, 0.3]], dtype=torch.float64))
+    y2.sum().backward()
+    assert torch.allclose(f2.grad, torch.tensor([[0.0, 1.0]], dtype=torch.float64))
+    assert torch.allclose(w2.grad, torch.tensor([[0.0, 1.0]], dtype=torch.float64))
+
+
+def test_equality_rows_are_met_exactly():
+    rng = np.random.default_rng(3)
+    Cm = torch.as_tensor(rng.normal(size=(2, 4)))
+    d = torch.as_tensor(rng.normal(size=(10, 2)))
+    A_eq, b_eq = C.equality_rows(Cm, d)
+    G = torch.as_tensor(rng.normal(size=(3, 4)))
+    y0 = torch.linalg.lstsq(Cm, d.T).solution.T
+    h = y0 @ G.T + 1.0
+    A, b = torch.cat([G, A_eq]), torch.cat([h, b_eq], dim=1)
+    f = torch.as_tensor(rng.normal(scale=2, size=(10, 4)))
+    w = torch.as_tensor(rng.normal(size=(10, 4)))
+    y = C.caffine(f, w, A, b)
+    assert torch.allclose(y @ Cm.T, d, atol=1e-10)
+    assert C.max_violation(y, A, b).max() <= 1e-10
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 4), m=st.integers(1, 7), n_eq=st.integers(0, 1),
+       seed=st.integers(0, 2**31 - 1), scale=st.floats(0.1, 10.0), shared=st.booleans())
+def test_property_caffine_output_is_always_feasible(n, m, n_eq, seed, scale, shared):
+    """For random A(x), b(x) with m below and above n (equalities included), every
+    output satisfies every row, whatever f and w are."""
+    rng = np.random.default_rng(seed)
+    A, b = random_polytope(rng, 8, m, n, n_eq=n_eq if n > 1 else 0, shared=shared)
+    f = torch.as_tensor(rng.normal(scale=scale, size=(8, n)))
+    w = torch.as_tensor(rng.normal(scale=scale, size=(8, n)))
+    y = C.caffine(f, w, A, b)
+    assert C.max_violation(y, A, b).max().item() <= C.TOL
+    y0 = C.caffine(f, None, A, b)           # w = 0: the projection, never farther than y
+    assert (torch.linalg.vector_norm(y0 - f, dim=1)
+            <= torch.linalg.vector_norm(y - f, dim=1) + 1e-9).all()
+
+
+def test_property_covers_m_below_and_above_n():
+    # the strategy above draws m in [1, 7] and n in [1, 4]: both regimes occur
+    assert any(m < n for m in range(1, 8) for n in range(1, 5))
+    assert any(m > n for m in range(1, 8) for n in range(1, 5))
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_empty_feasible_set_raises_clear_error():
+    A = torch.tensor([[1.0], [-1.0]], dtype=torch.float64)     # y <= -1 and y >= 1
+    b = torch.tensor([[-1.0, -1.0], [1.0, 1.0]], dtype=torch.float64)
+    f = torch.zeros(2, 1, dtype=torch.float64)
+    with pytest.raises(C.InfeasibleConstraintsError, match=r"no solution for 1 of 2 .*sample"):
+        C.caffine(f, None, A, b)
+    with pytest.raises(C.InfeasibleConstraintsError, match="no solution"):
+        C.project_polytope(f, A, b)
+    A2 = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    b2 = torch.tensor([[0.0, -1.0, 5.0]], dtype=torch.float64)
+    with pytest.raises(C.InfeasibleConstraintsError):
+        C.project_polytope(torch.zeros(1, 2, dtype=torch.float64), A2, b2)
+
+
+def test_lp_feasibility_agrees_with_a_known_point():
+    rng = np.random.default_rng(4)
+    A, b = random_polytope(rng, 1, 6, 3, shared=True)
+    p = C.lp_feasible_point(A.numpy(), b[0].numpy())
+    assert p is not None and np.max(A.numpy() @ p - b[0].numpy()) <= 1e-8
+
+
+def test_float32_is_refused_or_upcast_never_used_silently():
+    A = torch.tensor([[1.0]], dtype=torch.float32)
+    b = torch.tensor([[0.5]], dtype=torch.float32)
+    f = torch.tensor([[2.0]], dtype=torch.float32)
+    with pytest.raises(TypeError, match="float64"):
+        C.caffine(f, None, A, b)
+    with pytest.raises(TypeError, match="float64"):
+        C.caffine(f.double(), None, A, b.double())
+    y = C.caffine(f, None, A, b, upcast=True)
+    assert y.dtype == torch.float64 and y.item() == 0.5
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(f=torch.zeros(2, 3, dtype=torch.float64)), "shape"),
+    (dict(b=torch.zeros(2, 5, dtype=torch.float64)), "rows"),
+    (dict(A=torch.zeros(2, dtype=torch.float64)), "shape"),
+    (dict(b=torch.full((2, 2), math.nan, dtype=torch.float64)), "finite"),
+    (dict(tol=0.0), "tol"),
+])
+def test_bad_shapes_and_values_raise(bad, match):
+    args = dict(f=torch.zeros(2, 1, dtype=torch.float64), w=None,
+                A=torch.ones(2, 1, dtype=torch.float64), b=torch.ones(2, 2, dtype=torch.float64))
+    tol = bad.pop("tol", C.TOL)
+    args.update(bad)
+    with pytest.raises((ValueError, TypeError), match=match):
+        C.caffine(args["f"], args["w"], args["A"], args["b"], tol=tol)
+
+
+# ------------------------------------------------------------------ baselines
+
+
+@pytest.mark.parametrize("n,m,n_eq,shared,sweeps", [
+    (1, 4, 0, True, 10), (1, 3, 0, False, 10), (3, 6, 0, False, 10), (4, 4, 2, True, 10),
+    (4, 4, 2, True, 0), (3, 5, 1, False, 0)])
+def test_fixed_projection_matches_cvxpy(n, m, n_eq, shared, sweeps):
+    """Both paths (Hildreth guess + KKT check, and the NNLS fallback with sweeps=0)."""
+    rng = np.random.default_rng(5 + n + m + sweeps)
+    A, b = random_polytope(rng, 12, m, n, n_eq=n_eq, shared=shared)
+    f = torch.as_tensor(rng.normal(scale=3, size=(12, n)), dtype=torch.float64)
+    y = C.project_polytope(f, A, b, sweeps=sweeps)
+    for i in range(12):
+        Ai = A.numpy() if shared else A[i].numpy()
+        ref = cvxpy_projection(f[i].numpy(), Ai, b[i].numpy(), n_eq)
+        assert np.allclose(y[i].numpy(), ref, atol=1e-6)
+    assert C.max_violation(y, A, b).max() <= C.TOL
+
+
+def test_fixed_projection_jacobian_is_the_null_space_projector():
+    A = torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64)
+    b = torch.tensor([[1.0, 5.0]], dtype=torch.float64)
+    f = torch.tensor([[2.0, 2.0]], dtype=torch.float64, requires_grad=True)
+    y = C.project_polytope(f, A, b)          # only y1 + y2 <= 1 is active
+    assert torch.allclose(y, torch.tensor([[0.5, 0.5]], dtype=torch.float64))
+    J = torch.autograd.functional.jacobian(lambda z: C.project_polytope(z, A, b), f.detach())
+    assert torch.allclose(J[0, :, 0, :], 0.5 * torch.tensor([[1.0, -1.0], [-1.0, 1.0]],
+                                                            dtype=torch.float64))
+
+
+def test_hardnet_is_exact_for_full_row_rank_and_fails_for_m_above_n():
+    assert C.hardnet_control(n=4, m=3, count=200, seed=0) < 1e-10
+    assert C.hardnet_control(n=2, m=5, count=200, seed=0) > 1e-3
+    # closed form: one row y1 + y2 <= 1 from f = (2, 2) moves to (0.5, 0.5)
+    y = C.hardnet_aff(torch.tensor([[2.0, 2.0]], dtype=torch.float64),
+                      torch.tensor([[1.0, 1.0]], dtype=torch.float64),
+                      torch.tensor([[-math.inf]], dtype=torch.float64),
+                      torch.tensor([[1.0]], dtype=torch.float64))
+    assert torch.allclose(y, torch.tensor([[0.5, 0.5]], dtype=torch.float64))
+
+
+# ------------------------------------------------------------------ scenarios, training
+
+
+def test_piecewise_target_lies_inside_its_bounds():
+    x = C.PiecewiseScenario().grid_x(4001)
+    bl, bu = C.pwc_bounds(x)
+    t = C.pwc_target(x)[:, 0]
+    assert (bl.amax(dim=1) <= t + 1e-12).all() and (t <= bu.amin(dim=1) + 1e-12).all()
+    A, b = C.PiecewiseScenario().constraints(x)
+    assert C.max_violation(C.pwc_target(x), A, b).max() <= 1e-12
+
+
+def test_qp_reference_is_feasible_and_optimal_against_projected_points():
+    sc = C.OptimisationScenario(n=4, n_ineq=4, n_eq=2, convex=True, problem_seed=0)
+    x = sc.sample_x(30, np.random.default_rng(0))
+    y_star = sc.target(x)
+    A, b = sc.constraints(x)
+    assert C.max_violation(y_star, A, b).max() <= 1e-7
+    rng = np.random.default_rng(1)
+    for _ in range(5):  # any other feasible point has an objective at least as large
+        other = C.project_polytope(torch.as_tensor(rng.normal(scale=2, size=(30, 4))), A, b)
+        assert (sc.objective(other) >= sc.objective(y_star) - 1e-7).all()
+
+
+def test_ipopt_reference_is_feasible_and_a_local_minimum():
+    sc = C.OptimisationScenario(n=4, n_ineq=4, n_eq=2, convex=False, problem_seed=0)
+    x = sc.sample_x(10, np.random.default_rng(0))
+    y_star = sc.target(x)
+    A, b = sc.constraints(x)
+    assert C.max_violation(y_star, A, b).max() <= 1e-7
+    rng = np.random.default_rng(2)  # small feasible perturbations do not improve it
+    for _ in range(5):
+        near = C.project_polytope(y_star + torch.as_tensor(rng.normal(scale=1e-3, size=(10, 4))),
+                                  A, b)
+        assert (sc.objective(near) >= sc.objective(y_star) - 1e-9).all()
+
+
+def test_ensemble_members_train_as_if_alone():
+    """Training two methods together gives each the run it would have alone."""
+    cfg = C.Config.preset("smoke", pwc_train=20, pwc_test=30, hidden=(8,))
+    sc = C.PiecewiseScenario()
+    data = C.build_data(sc, cfg, 0)
+    kw = dict(hidden=(8,), steps=15, lr=1e-2, batch_size=10, penalty=100.0)
+    both = C.train_methods(sc, data, ["soft penalty", "CAffNet"], [0, 1], **kw)
+    alone = C.train_methods(sc, data, ["CAffNet"], [1], **kw)
+    x = data.x_test
+    assert torch.allclose(C.predict(both, sc, x, "CAffNet", 1),
+                          C.predict(alone, sc, x, "CAffNet", 1), atol=1e-10)
+
+
+def test_claim_rules_on_known_tables():
+    import pandas as pd
+
+    t = pd.DataFrame({"scenario": "s", "seed": [0, 1, 2, 0, 1, 2],
+                      "method": ["a"] * 3 + ["b"] * 3, "error": [1.0, 1.1, 0.9, 2.0, 2.1, 1.9]})
+    d = C.paired_difference(t, "s", "a", "b")
+    assert d["mean"] == pytest.approx(-1.0) and d["at_or_below"] == 3
+    assert C.better_beyond_noise(d) and not C.worse_beyond_noise(d)
+    one = C.paired_difference(t[t.seed == 0], "s", "a", "b")
+    assert not C.better_beyond_noise(one)  # one seed can never show superiority
+
+
+def test_candidate_paths_agree_and_faces_can_be_reused():
+    rng = np.random.default_rng(7)
+    A, b = random_polytope(rng, 9, 5, 3, n_eq=1, shared=True)
+    f = torch.as_tensor(rng.normal(size=(9, 3)))
+    w = torch.as_tensor(rng.normal(size=(9, 3)))
+    faces = C.compute_faces(A)
+    assert torch.allclose(C.candidates(f, w, b, faces), C.candidates(f, w, b, faces, A), atol=1e-12)
+    Ab = A.expand(9, *A.shape).contiguous()     # the same constraints, one matrix per input
+    fb = C.compute_faces(Ab)
+    rows = torch.tensor([2, 5, 7])
+    y_all = C.caffine(f, w, Ab, b, faces=fb)
+    y_sub = C.caffine(f[rows], w[rows], Ab[rows], b[rows], faces=fb.take(rows))
+    assert torch.allclose(y_all[rows], y_sub, atol=1e-12)
+    assert torch.allclose(y_all, C.caffine(f, w, A, b, faces=faces), atol=1e-12)
+    with pytest.raises(ValueError, match="faces"):
+        C.caffine(f[:2], w[:2], Ab[:2], b[:2], faces=fb)
+
+
+def test_claim_helpers_follow_their_rules():
+    import pandas as pd
+
+    t = pd.DataFrame({"scenario": ["a", "a", "b", "b"], "seed": [0, 1, 0, 1],
+                      "method": ["m"] * 4, "error": [0.0] * 4,
+                      "max_violation": [0.0, 2e-6, 0.5, 1e-12],
+                      "violating_fraction": [0.0, 0.1, 0.3, 0.0]})
+    assert C.claim_violates(t, "m")[1] == "partly"
+    assert C.claim_violates(t.assign(max_violation=1.0), "m")[1] == "reproduced"
+    assert C.claim_violates(t.assign(max_violation=0.0), "m")[1] == "not reproduced"
+    assert C.claim_feasible(t.assign(max_violation=1e-10), "m")[1] == "reproduced"
+    assert C.claim_feasible(t, "m")[1] == "not reproduced"
+    assert C.fmt(3.14159e-9) == "0" and C.fmt(0.0123456) == "0.0123" and C.fmt(-2.5e-3, 2) == "-0.0025"
