@@ -43,7 +43,7 @@ METHOD_COLORS: dict[str, str] = {
     "mocl (hard projection)": "#17BECF", "mocl (no decay)": "#AEC7E8",
     # TBPO
     "tbpo-q": "#0072B2", "tbpo-a": "#56B4E9", "dpo": "#D55E00", "tdpo": "#E69F00",
-    "reference": "#7F7F7F",
+    "reference": "#7F7F7F", "bregman (kliep)": "#CC79A7",
     # HCA
     "hca": "#0072B2", "lime": "#D55E00", "majority": "#7F7F7F", "hca (calibrated)": "#56B4E9",
     "hca without kg": "#CC79A7", "hca without kkt": "#009E73", "hca without pcmci": "#BCBD22",
