@@ -186,7 +186,7 @@ def expand_grid(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 
 def _sweep_one(name: str, params: dict[str, Any], scale: str | None, runs_dir: Path | None,
-               root: Path, threads: int) -> dict[str, Any]:
+               root: Path, threads: int | None) -> dict[str, Any]:
     try:
         run = run_chapter(name, params, scale=scale, runs_dir=runs_dir, root=root,
                           threads=threads, quiet_bars=True)
@@ -227,7 +227,8 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
     combos = expand_grid(grid)
     if jobs < 1:
         raise ChapterError(f"-j must be at least 1, got {jobs}")
-    threads = max(1, (os.cpu_count() or 2) // jobs)
+    # Thread counts are left alone: a chapter gives the same numbers in a sweep as in a run.
+    threads = None
     rows = Parallel(n_jobs=jobs, backend=backend)(
         delayed(_sweep_one)(chapter.name, combo, scale, runs_dir, root, threads) for combo in combos)
     base = (runs_dir or root / "runs").resolve() / chapter.name

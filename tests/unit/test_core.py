@@ -13,7 +13,7 @@ import torch
 from minirepro.core import (ScaledConfig, color, compare_times, median_time, progress,
                             resolve_scale, set_seed, train_loop)
 from minirepro.core.datasets import digits, gaussian_mixture
-from minirepro.core.plotting import METHOD_COLORS, savefig
+from minirepro.core.plotting import METHOD_COLORS, figure_path, savefig
 
 
 def test_set_seed_makes_python_numpy_torch_repeat():
@@ -118,9 +118,10 @@ def test_savefig_writes_only_under_a_run(tmp_path, monkeypatch):
 
     fig, _ = plt.subplots()
     monkeypatch.delenv("MINIREPRO_FIGDIR", raising=False)
-    assert savefig(fig, "a") is None
+    assert savefig(fig, "a") is None and figure_path("a") is None
     monkeypatch.setenv("MINIREPRO_FIGDIR", str(tmp_path))
-    assert savefig(fig, "a").read_bytes()[:4] == b"\x89PNG"
+    assert savefig(fig, "a") is None
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ValueError):
         savefig(fig, "../escape")
     plt.close(fig)

@@ -93,18 +93,23 @@ def use_style() -> None:
         pass
 
 
-def savefig(fig: matplotlib.figure.Figure, name: str) -> Path | None:
-    """Save ``fig`` as ``<name>.png`` in ``MINIREPRO_FIGDIR`` (set by ``minirepro run``).
-
-    Returns the path written, or ``None`` when no figure folder is set (the book
-    build and the goldens show figures inline only).
-    """
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+def figure_path(name: str) -> Path | None:
+    """Where ``savefig(fig, name)`` writes, or ``None`` outside ``minirepro run``."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name.startswith("."):
         raise ValueError(f"figure name {name!r} must be letters, digits, '.', '_' or '-'")
     folder = os.environ.get("MINIREPRO_FIGDIR")
-    if not folder:
-        return None
-    path = Path(folder) / f"{name}.png"
+    return Path(folder) / f"{name}.png" if folder else None
+
+
+def savefig(fig: matplotlib.figure.Figure, name: str) -> None:
+    """Save ``fig`` as ``<name>.png`` in ``MINIREPRO_FIGDIR`` (set by ``minirepro run``).
+
+    Outside a run (the book build, the goldens) nothing is written and the figure
+    shows inline only. Returns ``None`` so that a cell ending in ``savefig(...)``
+    displays the same under every runner; ``figure_path(name)`` says where it went.
+    """
+    path = figure_path(name)
+    if path is None:
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, bbox_inches="tight")
-    return path

@@ -52,22 +52,56 @@ Pieces (each a module):
 Every config is a :class:`~minirepro.core.ScaledConfig`: ``LMConfig.preset("smoke")``,
 ``TrainConfig.preset("book", steps=300)``. Presets: smoke trains a 2-layer
 ``d_model=64`` model in a few seconds; book a 4-layer ``d_model=128``,
-``d_ff=512`` model (0.86 M parameters) in under a minute of one core.
+``d_ff=512`` model (0.83 M parameters) in about 40 s of one core (1000 steps of 16 examples).
 
 Shapes: ``input_ids`` are ``(B, T)`` ``torch.long``; FFN pre-activations are
 ``(tokens, d_ff)``. Training runs on one thread by default (``TrainConfig.threads``)
 so the weights are the same on every machine.
 """
 
-from minirepro.core.lm.corpus import (FAMILIES, TOPICS, Corpus, CorpusConfig, Example, build_corpus,
-                                      by_family, chance_accuracy, check_answer, generate_split,
-                                      overlap, score_answers, solve)
-from minirepro.core.lm.evaluate import (answer_accuracy, generate, greedy_decode, perplexity,
-                                        task_accuracy, token_nll, unigram_loss)
-from minirepro.core.lm.models import (ARCHS, HubUnavailable, LMConfig, build_model, hf_config,
-                                      load_pretrained, n_params)
-from minirepro.core.lm.pretrain import (PretrainedLM, TrainConfig, cache_key, cache_root,
-                                        clear_cache, encode, pretrain, verify_entry)
+from minirepro.core.lm.corpus import (
+                                      FAMILIES,
+                                      TOPICS,
+                                      Corpus,
+                                      CorpusConfig,
+                                      Example,
+                                      build_corpus,
+                                      by_family,
+                                      chance_accuracy,
+                                      check_answer,
+                                      generate_split,
+                                      overlap,
+                                      score_answers,
+                                      solve,
+)
+from minirepro.core.lm.evaluate import (
+                                      answer_accuracy,
+                                      generate,
+                                      greedy_decode,
+                                      perplexity,
+                                      task_accuracy,
+                                      token_nll,
+                                      unigram_loss,
+)
+from minirepro.core.lm.models import (
+                                      ARCHS,
+                                      HubUnavailable,
+                                      LMConfig,
+                                      build_model,
+                                      hf_config,
+                                      load_pretrained,
+                                      n_params,
+)
+from minirepro.core.lm.pretrain import (
+                                      PretrainedLM,
+                                      TrainConfig,
+                                      cache_key,
+                                      cache_root,
+                                      clear_cache,
+                                      encode,
+                                      pretrain,
+                                      verify_entry,
+)
 from minirepro.core.lm.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 
 __all__ = [

@@ -20,8 +20,16 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
-                          OPTConfig, OPTForCausalLM, PreTrainedModel, PreTrainedTokenizerBase)
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    OPTConfig,
+    OPTForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from minirepro.core.scale import ScaledConfig
 

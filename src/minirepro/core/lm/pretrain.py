@@ -62,10 +62,10 @@ class TrainConfig(ScaledConfig):
             threads spin, and a fixed count keeps the weights identical everywhere.
     """
 
-    steps: int = 500
-    batch_size: int = 32
+    steps: int = 1000
+    batch_size: int = 16
     lr: float = 3e-3
-    warmup: int = 30
+    warmup: int = 50
     weight_decay: float = 0.01
     vocab_size: int = 512
     seed: int = 0
@@ -73,7 +73,7 @@ class TrainConfig(ScaledConfig):
     threads: int = 1
 
     PRESETS: ClassVar = {
-        "smoke": {"steps": 150},
+        "smoke": {"steps": 150, "batch_size": 32, "warmup": 20},
         "book": {},
         "full": {"steps": 4000, "batch_size": 64, "lr": 1.5e-3, "warmup": 100},
     }

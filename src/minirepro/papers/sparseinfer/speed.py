@@ -1,0 +1,116 @@
+"""Decoding with the FFN sliced once after prefill, its timing, and the FLOP bound."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import ExitStack
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from minirepro.core.lm.evaluate import greedy_decode
+from minirepro.core.timing import Timings, compare_times
+from minirepro.papers.sparseinfer.core import (
+    capture_preactivations,
+    core_neurons,
+    ffn_blocks,
+    sliced_ffn,
+)
+
+
+@torch.no_grad()
+def sparseinfer_generate(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int,
+                         layers: Sequence[int], token_sparsity: float = 0.2, sparsity: float = 0.4,
+                         eos_token_id: int | None = None) -> torch.Tensor:
+    """Greedy generation the SparseInfer way.
+
+    1. Prefill ``input_ids (1, T)`` with the dense model, recording pre-activations.
+    2. Core neurons per sparsified layer (:func:`core_neurons`).
+    3. Gather ``W1[S], b1[S], W2[:, S]`` once; decode every new token with them.
+
+    Returns ``(1, T + n)`` ids; the model's own weights are restored afterwards.
+    """
+    store: dict[int, list[torch.Tensor]] = {}
+    with ExitStack() as slicing:
+        capture = ExitStack()
+        capture.enter_context(capture_preactivations(model, store))
+
+        def after_prefill(m: PreTrainedModel) -> None:
+            capture.close()
+            sets = {i: core_neurons(store[i][0], token_sparsity, sparsity) for i in layers}
+            slicing.enter_context(sliced_ffn(m, sets))
+
+        try:
+            return greedy_decode(model, input_ids, max_new_tokens, use_cache=True,
+                                 eos_token_id=eos_token_id, on_prefill=after_prefill)
+        finally:
+            capture.close()
+
+
+def decode_macs(model: PreTrainedModel, kept: float, layers: Sequence[int], context: int) -> tuple[float, float]:
+    """Multiply-accumulates of one decoding step, dense and with ``layers``' FFNs kept at ``kept``.
+
+    Counts every linear layer (attention projections, FFN, output head) plus the
+    attention over ``context`` cached positions; norms and softmax are ignored.
+    """
+    if not 0 < kept <= 1:
+        raise ValueError(f"kept must be in (0, 1], got {kept}")
+    blocks = ffn_blocks(model)
+    head = model.get_output_embeddings().weight.numel()
+    ffn = [sum(lin.weight.numel() for lin in b.up) + b.down.weight.numel() for b in blocks]
+    ffn_ids = {id(lin) for b in blocks for lin in [*b.up, b.down]}
+    other = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear)
+                and id(m) not in ffn_ids and m is not model.get_output_embeddings())
+    d = model.config.hidden_size
+    attn = 2 * d * context * len(blocks)
+    dense = other + head + attn + sum(ffn)
+    sparse = dense - sum(ffn[i] * (1 - int(kept * blocks[i].d_ff) / blocks[i].d_ff) for i in layers)
+    return float(dense), float(sparse)
+
+
+def flop_bound(model: PreTrainedModel, kept: float, layers: Sequence[int], context: int) -> float:
+    """Upper bound on the decode speed-up if time were proportional to MACs: dense / sparse."""
+    dense, sparse = decode_macs(model, kept, layers, context)
+    return dense / sparse
+
+
+def time_decoding(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int,
+                  layers: Sequence[int], token_sparsity: float, sparsity: float,
+                  repeats: int = 7) -> Timings:
+    """Interleaved medians of dense greedy decoding vs SparseInfer decoding, in one run."""
+    return compare_times({
+        "dense": lambda: greedy_decode(model, input_ids, max_new_tokens),
+        "SparseInfer": lambda: sparseinfer_generate(model, input_ids, max_new_tokens, layers,
+                                                    token_sparsity, sparsity),
+    }, repeats=repeats, warmup=1, baseline="dense")
+
+
+def time_ffn_block(d_model: int, d_ff: int, kept: float, calls: int = 200, repeats: int = 7,
+                   seed: int = 0) -> Timings:
+    """One FFN block (``fc2(relu(fc1 x))``, batch 1) dense vs sliced to ``kept`` of its neurons.
+
+    Random weights; each timing sample runs ``calls`` blocks so the timer's
+    resolution does not matter. Isolates the part of decoding SparseInfer changes.
+    """
+    g = torch.Generator().manual_seed(seed)
+    fc1, fc2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+    with torch.no_grad():
+        for p in (*fc1.parameters(), *fc2.parameters()):
+            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    k = max(1, int(kept * d_ff))
+    s1, s2 = nn.Linear(d_model, k), nn.Linear(k, d_model)
+    with torch.no_grad():
+        s1.weight.copy_(fc1.weight[:k])
+        s1.bias.copy_(fc1.bias[:k])
+        s2.weight.copy_(fc2.weight[:, :k])
+        s2.bias.copy_(fc2.bias)
+    x = torch.randn(1, d_model, generator=g)
+
+    @torch.no_grad()
+    def run(a: nn.Linear, b: nn.Linear) -> None:
+        for _ in range(calls):
+            b(torch.relu(a(x)))
+
+    return compare_times({"dense": lambda: run(fc1, fc2), "SparseInfer": lambda: run(s1, s2)},
+                         repeats=repeats, baseline="dense")
