@@ -55,6 +55,8 @@ def to_ipynb(chapter: Chapter, target: Path) -> Path:
 
     nb = jupytext.read(chapter.path)
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    for i, cell in enumerate(nb.cells):  # stable ids, so re-made goldens diff only where outputs moved
+        cell["id"] = f"cell-{i:03d}"
     jupytext.write(nb, target, fmt="ipynb")
     return target
 
