@@ -107,6 +107,36 @@ def markdown(root: Path | None = None, fmt: str = "md") -> str:
     return "\n".join(lines)
 
 
+def page_markdown(root: Path | None = None) -> str:
+    """The ledger page's body: a summary line per chapter, then one table per chapter."""
+    root = (root or repo_root()).resolve()
+    entries = load(root)
+    listed = yaml.safe_load((root / "book" / "papers.yml").read_text(encoding="utf-8"))
+    short = {int(p["number"]): f"{p['name']} (paper {p['number']})" for p in listed}
+    out = ["| chapter | claims | reproduced | partly | not reproduced | not testable |",
+           "|---|---|---|---|---|---|"]
+    for e in entries:
+        counts = {v: sum(1 for c in e["claims"] if c.get("verdict") == v) for v in VERDICTS}
+        name = short.get(int(e["slug"][:2]), e["title"]) if e["slug"][:2].isdigit() else e["title"]
+        out.append(f"| {name} | {len(e['claims'])} | "
+                   + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
+    for e in entries:
+        out.append("")
+        if e.get("missing"):
+            out.append(f"**{_cell(e['title'])}**: no ledger entry yet.")
+            continue
+        stale = "" if e.get("current") else " (the chapter changed since: re-run `minirepro claims --update`)"
+        out.append(f"**{_cell(e['title'])}**: measured at {e.get('scale', 'book')} scale in "
+                   f"{e.get('seconds', 0):.0f} s, {e.get('date', '')}, commit {e.get('commit', '?')}{stale}.")
+        out.append("")
+        out.append("| claim | the paper | measured here | verdict |")
+        out.append("|---|---|---|---|")
+        for c in e["claims"]:
+            out.append(f"| {_cell(c['statement'])} | {_cell(c['paper_value'])} | "
+                       f"{_cell(c.get('measured'))} | **{_cell(c.get('verdict'))}** |")
+    return "\n".join(out)
+
+
 def verdict_counts(root: Path | None = None) -> dict[str, int]:
     """How many claims have each verdict."""
     counts = {v: 0 for v in VERDICTS}

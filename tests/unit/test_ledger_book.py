@@ -65,3 +65,13 @@ def test_plain_papermill_runs_a_chapter(toy_book, tmp_path):
     subprocess.run([sys.executable, "-m", "papermill", str(ipynb), str(out), "-p", "scale", "smoke",
                     "-p", "n", "3", "-k", "python3", "--no-progress-bar"], check=True, capture_output=True)
     assert "claim" in out.read_text() or "positive" in out.read_text()
+
+
+def test_ledger_page_groups_claims_by_chapter():
+    from minirepro.ledger import page_markdown
+
+    text = page_markdown(ROOT)
+    for entry in ledger.load(ROOT):
+        assert entry["title"] in text
+        for c in entry["claims"]:
+            assert f"**{c['verdict']}**" in text
