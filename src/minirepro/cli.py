@@ -78,8 +78,11 @@ def _cmd_run(args) -> int:
         return 1
     res = run.results
     print(f"finished {res['chapter']} in {res['seconds']:.1f} s: {run.folder}")
-    for k, v in res["metrics"].items():
-        print(f"  {k} = {v}")
+    metrics = list(res["metrics"].items())
+    for k, v in metrics[:12]:
+        print(f"  {k} = {v:.4g}" if isinstance(v, float) else f"  {k} = {v}")
+    if len(metrics) > 12:
+        print(f"  ... and {len(metrics) - 12} more metrics in {run.folder / 'results.json'}")
     for c in res["claims"]:
         print(f"  claim {c['id']}: {c.get('verdict')}")
     return 0

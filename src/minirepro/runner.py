@@ -297,10 +297,13 @@ def _plot_sweep(df, swept: list[str], col: str, path: Path) -> None:
     for key, sub in groups:
         stats = sub.groupby(x)[col].agg(["mean", "std", "count"]).reset_index()
         label = ", ".join(f"{h}={k}" for h, k in zip(hue, key if isinstance(key, tuple) else (key,))) or col[7:]
-        categorical = not pd.api.types.is_numeric_dtype(stats[x])
+        categorical = x == "seed" or not pd.api.types.is_numeric_dtype(stats[x])
         xs = stats[x].astype(str) if categorical else stats[x]
         ax.errorbar(xs, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3,
                     linestyle="none" if categorical else "-", label=label)
+    if x == "seed" and len(df) > 1:  # seeds are replicates: show their mean and spread
+        mean, std = df[col].mean(), df[col].std()
+        ax.axhline(mean, color="0.3", linestyle="--", linewidth=1, label=f"mean {mean:.4g} (std {std:.2g})")
     ax.set_xlabel(x)
     ax.set_ylabel(col[7:])
     ax.set_title(f"{col[7:]} against {x}" + (" (mean and std over seeds)" if "seed" in swept and x != "seed" else ""))
