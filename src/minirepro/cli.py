@@ -209,7 +209,10 @@ def _cmd_arena(args) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``minirepro`` console script."""
-    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    if argv[:1] == ["arena"]:  # the arena parses its own options (--help included)
+        return _cmd_arena(argparse.Namespace(rest=argv[1:]))
+    args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except ChapterError as exc:

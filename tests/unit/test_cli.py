@@ -43,3 +43,10 @@ def test_console_script_is_installed():
     out = subprocess.run([sys.executable, "-m", "minirepro.cli", "run", "nope"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "unknown chapter 'nope'" in out.stderr
+
+
+def test_arena_parses_its_own_options(capsys):
+    assert main(["arena", "--help"]) == 0
+    assert "serve" in capsys.readouterr().out
+    assert main(["arena", "serve", "--port", "notaport"]) == 2
+    assert "invalid int value" in capsys.readouterr().err
