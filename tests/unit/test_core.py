@@ -10,8 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from minirepro.core import (ScaledConfig, color, compare_times, median_time, progress,
-                            resolve_scale, set_seed, train_loop)
+from minirepro.core import (
+    ScaledConfig,
+    color,
+    compare_times,
+    median_time,
+    progress,
+    resolve_scale,
+    set_seed,
+    train_loop,
+)
 from minirepro.core.datasets import digits, gaussian_mixture
 from minirepro.core.plotting import METHOD_COLORS, figure_path, savefig
 

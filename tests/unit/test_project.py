@@ -114,3 +114,12 @@ def test_chapter_code_cells_are_short_and_the_first_is_parameters(chapter):
     for needed in ("{cite", "```{bibliography}", "{exercise}", ":class: dropdown", "NBVAL_CHECK_OUTPUT",
                    "What we reproduce"):
         assert needed in text, f"{chapter.name}: no {needed!r}"
+
+
+def test_ruff_is_clean():
+    import subprocess
+    import sys
+
+    ruff = Path(sys.executable).with_name("ruff")
+    out = subprocess.run([str(ruff), "check", "src", "tests/unit"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-2000:]
