@@ -1,0 +1,349 @@
+"""TBPO's second setting: the book's tiny language model and a programmatic reward.
+
+The reference policy (and the start of every trained policy) is the substrate's pre-trained
+causal LM (``minirepro.core.lm.pretrain``). Prompts are the distinct openings of the corpus's
+``text`` family (``"text : the"``, ``"text : a"``, ...); a response is at most
+``max_new_tokens`` sampled tokens (the end token, if sampled, is the last one). The reward is
+computed from the generated words:
+
+    R(y) = #{words of y in the target topic's vocabulary} - length_penalty * #words of y,
+
+and preference pairs (two reference samples per prompt) are labelled by one Bradley-Terry draw,
+``p(y_1 > y_2) = sigmoid(R(y_1) - R(y_2))``. DPO, TBPO-A and TBPO-Q are trained with the very
+losses of ``losses.py`` (through ``train.method_loss``), one loop, same beta, steps, lr and data.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn as nn
+
+from minirepro.core import ScaledConfig, progress, set_seed
+from minirepro.core.lm import TOPICS, PretrainedLM, pretrain
+from minirepro.papers.tbpo import losses as L
+from minirepro.papers.tbpo.train import METHODS, THREADS, method_loss
+
+LM_SCALES = ("smoke", "book", "full")
+
+
+@dataclass
+class LMSettingConfig(ScaledConfig):
+    """The LM setting: which substrate model, the reward, the preference data, training."""
+
+    lm_scale: str = "smoke"        # substrate preset of the reference model
+    topic: str = "ocean"           # reward topic (a key of core.lm.TOPICS)
+    length_penalty: float = 0.2    # reward cost per generated word
+    n_prompts: int = 4             # distinct corpus openings used as prompts
+    max_new_tokens: int = 8        # response length bound (tokens, end token included)
+    n_pairs: int = 512             # preference pairs per seed (spread over the prompts)
+    beta: float = 0.1              # KL strength of every loss
+    steps: int = 60                # optimisation steps per run
+    batch_size: int = 32           # pairs per step
+    lr: float = 1e-3               # Adam learning rate (all methods)
+    n_eval: int = 64               # policy samples per prompt per evaluation
+    eval_every: int = 20           # steps between evaluations
+    n_seeds: int = 2               # training seeds
+    tdpo_alpha: float = 0.5        # (read by method_loss; TDPO is not run by default)
+    tbpo_member: str = "logistic"  # Bregman member inside TBPO-Q / TBPO-A
+    tbpo_lam: float = 1.0          # lam of the BA member
+    methods: tuple[str, ...] = ("DPO", "TBPO-A", "TBPO-Q")
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
+        "smoke": {"n_pairs": 128, "steps": 10, "n_eval": 16, "eval_every": 5, "n_seeds": 1},
+        "book": {},
+        "full": {"lm_scale": "book", "n_pairs": 2048, "steps": 200, "n_eval": 128, "n_seeds": 5},
+    }
+
+    def __post_init__(self) -> None:
+        if self.lm_scale not in LM_SCALES:
+            raise ValueError(f"lm_scale must be one of {LM_SCALES}, got {self.lm_scale!r}")
+        if self.topic not in TOPICS:
+            raise ValueError(f"topic must be one of {list(TOPICS)}, got {self.topic!r}")
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; expected names from {list(METHODS)}")
+        if self.tbpo_member not in L.MEMBERS:
+            raise ValueError(f"tbpo_member must be one of {L.MEMBERS}, got {self.tbpo_member!r}")
+        for name in ("n_prompts", "max_new_tokens", "n_pairs", "steps", "batch_size", "n_eval",
+                     "eval_every", "n_seeds"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.beta > 0:
+            raise ValueError(f"beta must be positive, got {self.beta}")
+
+
+# ---------------------------------------------------------------------------- the reward
+
+
+def topic_vocabulary(topic: str) -> frozenset[str]:
+    """The nouns, adjectives and verbs of ``topic`` in the substrate corpus."""
+    if topic not in TOPICS:
+        raise ValueError(f"unknown topic {topic!r}; expected one of {list(TOPICS)}")
+    return frozenset(w for words in TOPICS[topic].values() for w in words)
+
+
+def text_reward(words: list[str], vocab: frozenset[str], length_penalty: float) -> float:
+    """``R = #{w in vocab} - length_penalty * len(words)`` for one response's words."""
+    return float(sum(w in vocab for w in words) - length_penalty * len(words))
+
+
+def response_words(tokenizer, tokens: torch.Tensor, lengths: torch.Tensor) -> list[list[str]]:
+    """The words of each response (``tokens`` ``(n, T)``, ``lengths`` ``(n,)``), special tokens dropped."""
+    special = set(tokenizer.all_special_ids)
+    out = []
+    for row, n in zip(tokens.tolist(), lengths.tolist()):
+        out.append([tokenizer.convert_ids_to_tokens(t) for t in row[:n] if t not in special])
+    return out
+
+
+def rewards(tokenizer, tokens: torch.Tensor, lengths: torch.Tensor, cfg: LMSettingConfig) -> np.ndarray:
+    """``(n,)`` true rewards of sampled responses."""
+    vocab = topic_vocabulary(cfg.topic)
+    return np.array([text_reward(w, vocab, cfg.length_penalty)
+                     for w in response_words(tokenizer, tokens, lengths)])
+
+
+# ------------------------------------------------------------------ prompts and sampling
+
+
+def corpus_prompts(lm: PretrainedLM, n: int) -> list[str]:
+    """The first ``n`` distinct openings ``"text : <word>"`` of the corpus's ``text`` family
+    (train split, corpus order). All have the same token length (``<bos>`` + 3 words)."""
+    seen: list[str] = []
+    for e in lm.corpus.train:
+        if e.family != "text":
+            continue
+        p = " ".join(e.prompt.split()[:3])
+        if p not in seen:
+            seen.append(p)
+        if len(seen) == n:
+            return seen
+    raise ValueError(f"the corpus has only {len(seen)} distinct text openings, asked for {n}")
+
+
+@torch.no_grad()
+def sample(model: nn.Module, prompt_ids: torch.Tensor, max_new_tokens: int, eos: int, pad: int,
+           generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ancestral samples (temperature 1) after ``prompt_ids`` ``(n, P)`` (equal-length prompts).
+
+    Returns ``tokens`` ``(n, max_new_tokens)`` (``pad`` after the end) and ``lengths`` ``(n,)``:
+    tokens emitted, the end token included when it was sampled.
+    """
+    if prompt_ids.ndim != 2:
+        raise ValueError(f"prompt_ids must be (n, P), got {tuple(prompt_ids.shape)}")
+    n = prompt_ids.shape[0]
+    ids = prompt_ids
+    alive = torch.ones(n, dtype=torch.bool)
+    lengths = torch.zeros(n, dtype=torch.long)
+    out = torch.full((n, max_new_tokens), pad, dtype=torch.long)
+    for t in range(max_new_tokens):
+        logits = model(input_ids=ids).logits[:, -1].float()
+        a = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(1)
+        out[:, t] = torch.where(alive, a, torch.full_like(a, pad))
+        lengths += alive.long()
+        alive &= a != eos
+        if not bool(alive.any()):
+            break
+        ids = torch.cat([ids, a[:, None]], dim=1)
+    return out, lengths
+
+
+def encode_prompts(tokenizer, prompts: list[str]) -> torch.Tensor:
+    """``(n_prompts, P)`` ids (with ``<bos>``); the prompts must tokenize to the same length."""
+    ids = tokenizer(prompts)["input_ids"]
+    if len({len(x) for x in ids}) != 1:
+        raise ValueError(f"prompts must have equal token lengths, got {[len(x) for x in ids]}")
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def make_lm_preferences(lm: PretrainedLM, prompt_ids: torch.Tensor, cfg: LMSettingConfig,
+                        seed: int) -> dict[str, torch.Tensor]:
+    """``cfg.n_pairs`` pairs: two reference samples per pair, prompts in turn, label drawn
+    from Bradley-Terry on the true reward. Keys: ``prompt`` (index), ``chosen``, ``rejected``
+    ``(n, T)``, ``len_chosen``, ``len_rejected``, ``r_chosen``, ``r_rejected``."""
+    gen = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    tok = lm.tokenizer
+    k = prompt_ids.shape[0]
+    idx = torch.arange(cfg.n_pairs) % k
+    y = torch.zeros(2, cfg.n_pairs, cfg.max_new_tokens, dtype=torch.long)
+    n = torch.zeros(2, cfg.n_pairs, dtype=torch.long)
+    for i in range(k):
+        rows = (idx == i).nonzero().squeeze(1)
+        toks, lens = sample(lm.model, prompt_ids[i].repeat(2 * len(rows), 1), cfg.max_new_tokens,
+                            tok.eos_token_id, tok.pad_token_id, gen)
+        y[:, rows], n[:, rows] = toks.view(2, len(rows), -1), lens.view(2, len(rows))
+    r = np.stack([rewards(tok, y[j], n[j], cfg) for j in (0, 1)])
+    first_wins = torch.as_tensor(rng.random(cfg.n_pairs) < 1 / (1 + np.exp(-(r[0] - r[1]))))
+    w, lo = torch.where(first_wins, 0, 1), torch.where(first_wins, 1, 0)
+    ar = torch.arange(cfg.n_pairs)
+    rt = torch.as_tensor(r, dtype=torch.float32)
+    return {"prompt": idx, "chosen": y[w, ar], "rejected": y[lo, ar], "len_chosen": n[w, ar],
+            "len_rejected": n[lo, ar], "r_chosen": rt[w, ar], "r_rejected": rt[lo, ar]}
+
+
+# ---------------------------------------------------------------------- the policy, stats
+
+
+class LMPolicy(nn.Module):
+    """A trainable copy of the substrate model plus TBPO-Q's light state baseline
+    (a zero-initialised linear head on the detached last hidden state)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.lm = copy.deepcopy(model)
+        self.lm.train()
+        self.value = nn.Linear(self.lm.config.hidden_size, 1)
+        nn.init.zeros_(self.value.weight)
+        nn.init.zeros_(self.value.bias)
+
+
+def lm_token_stats(policy: LMPolicy, ref: nn.Module, prompt_ids: torch.Tensor, tokens: torch.Tensor,
+                   lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-token statistics of responses ``tokens`` ``(B, T)`` after ``prompt_ids`` ``(B, P)``,
+    in the format ``train.method_loss`` reads: ``lr`` (log pi/pi_ref of the emitted token),
+    ``mask``, ``v`` (baseline), ``kl_pi_ref`` = KL(pi||pi_ref)(s_t), ``kl_ref_pi``, ``entropy``,
+    all ``(B, T)`` and 0 after each response's end."""
+    if tokens.ndim != 2 or prompt_ids.shape[0] != tokens.shape[0] or lengths.shape != (tokens.shape[0],):
+        raise ValueError(f"expected prompt_ids (B, P), tokens (B, T), lengths (B,); got "
+                         f"{tuple(prompt_ids.shape)}, {tuple(tokens.shape)}, {tuple(lengths.shape)}")
+    P, T = prompt_ids.shape[1], tokens.shape[1]
+    ids = torch.cat([prompt_ids, tokens[:, :-1]], dim=1)
+    out = policy.lm(input_ids=ids, output_hidden_states=True)
+    logp = torch.log_softmax(out.logits[:, P - 1:].float(), -1)
+    v = policy.value(out.hidden_states[-1][:, P - 1:].detach()).squeeze(-1)
+    with torch.no_grad():
+        lref = torch.log_softmax(ref(input_ids=ids).logits[:, P - 1:].float(), -1)
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).float()
+    p = logp.exp()
+    lr = (logp - lref).gather(-1, tokens[..., None]).squeeze(-1) * mask
+    return {"lr": lr, "mask": mask, "v": v * mask,
+            "kl_pi_ref": (p * (logp - lref)).sum(-1) * mask,
+            "kl_ref_pi": (lref.exp() * (lref - logp)).sum(-1) * mask,
+            "entropy": -(p * logp).sum(-1) * mask}
+
+
+@torch.no_grad()
+def evaluate_lm(policy: LMPolicy, lm: PretrainedLM, prompt_ids: torch.Tensor, cfg: LMSettingConfig,
+                seed: int = 12345) -> dict[str, float]:
+    """``cfg.n_eval`` samples per prompt from the policy (same random numbers for every method):
+    ``reward`` (mean true R), ``kl_ref`` (sequence KL(pi||pi_ref) estimated as the mean over
+    samples of the summed per-state KLs), ``length`` (mean emitted tokens), ``topic_words``."""
+    was = policy.lm.training
+    policy.lm.eval()
+    gen = torch.Generator().manual_seed(seed)
+    tok = lm.tokenizer
+    rs, kls, lens, hits = [], [], [], []
+    vocab = topic_vocabulary(cfg.topic)
+    for i in range(prompt_ids.shape[0]):
+        x = prompt_ids[i].repeat(cfg.n_eval, 1)
+        y, n = sample(policy.lm, x, cfg.max_new_tokens, tok.eos_token_id, tok.pad_token_id, gen)
+        s = lm_token_stats(policy, lm.model, x, y, n)
+        rs.append(rewards(tok, y, n, cfg))
+        kls.append(s["kl_pi_ref"].sum(1).numpy())
+        lens.append(n.numpy())
+        hits.append([sum(w in vocab for w in ws) for ws in response_words(tok, y, n)])
+    policy.lm.train(was)
+    return {"reward": float(np.concatenate(rs).mean()), "kl_ref": float(np.concatenate(kls).mean()),
+            "length": float(np.concatenate(lens).mean()), "topic_words": float(np.concatenate(hits).mean())}
+
+
+def train_lm_method(method: str, lm: PretrainedLM, prompt_ids: torch.Tensor,
+                    prefs: dict[str, torch.Tensor], cfg: LMSettingConfig, seed: int) -> pd.DataFrame:
+    """One run from the substrate model with ``method``'s loss (``train.method_loss``): the same
+    data, minibatch order (from ``seed``), beta, steps and lr for every method. Returns one row
+    per evaluation (step 0 included)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
+    set_seed(seed, threads=THREADS)
+    policy = LMPolicy(lm.model)
+    params = list(policy.lm.parameters())
+    if METHODS[method][0] == "tbpo-q":
+        params += list(policy.value.parameters())
+    opt = torch.optim.Adam(params, lr=cfg.lr)
+    order = np.random.default_rng(seed + 1000)
+    n = prefs["prompt"].shape[0]
+    rows = [{"method": method, "seed": seed, "step": 0, **evaluate_lm(policy, lm, prompt_ids, cfg)}]
+    for step in progress(range(1, cfg.steps + 1), desc=f"LM {method} seed {seed}"):
+        idx = torch.as_tensor(order.choice(n, size=min(cfg.batch_size, n), replace=False))
+        x = prompt_ids[prefs["prompt"][idx]]
+        s = lm_token_stats(policy, lm.model, torch.cat([x, x]),
+                           torch.cat([prefs["chosen"][idx], prefs["rejected"][idx]]),
+                           torch.cat([prefs["len_chosen"][idx], prefs["len_rejected"][idx]]))
+        B = idx.shape[0]
+        loss = method_loss(method, {k: v[:B] for k, v in s.items()}, {k: v[B:] for k, v in s.items()},
+                           cfg)  # type: ignore[arg-type]  # reads beta, tdpo_alpha, tbpo_member, tbpo_lam
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            rows.append({"method": method, "seed": seed, "step": step,
+                         **evaluate_lm(policy, lm, prompt_ids, cfg)})
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class LMExperiment:
+    """What the LM setting produced."""
+
+    cfg: LMSettingConfig
+    lm: PretrainedLM
+    prompts: list[str]
+    evals: pd.DataFrame
+    prefs: dict[str, torch.Tensor]  # the first seed's pairs
+
+
+def run_lm_experiment(cfg: LMSettingConfig, seed: int = 0) -> LMExperiment:
+    """Load (or train, once, cached) the substrate model; for each seed draw preference pairs
+    and train every method of ``cfg.methods`` from the substrate model."""
+    lm = pretrain(scale=cfg.lm_scale)
+    prompts = corpus_prompts(lm, cfg.n_prompts)
+    prompt_ids = encode_prompts(lm.tokenizer, prompts)
+    evals, first = [], None
+    for s in range(seed, seed + cfg.n_seeds):
+        prefs = make_lm_preferences(lm, prompt_ids, cfg, seed=s)
+        first = prefs if first is None else first
+        for m in cfg.methods:
+            evals.append(train_lm_method(m, lm, prompt_ids, prefs, cfg, s))
+    return LMExperiment(cfg, lm, prompts, pd.concat(evals, ignore_index=True), first)
+
+
+def lm_summary(evals: pd.DataFrame) -> pd.DataFrame:
+    """Final (last-step) reward, KL to the reference, length and topic words per method: seed
+    mean and std; plus a ``reference`` row (the step-0 evaluation, the substrate model itself)."""
+    last = evals[evals["step"] == evals.groupby(["method", "seed"])["step"].transform("max")]
+    cols = ["reward", "kl_ref", "length", "topic_words"]
+    g = last.groupby("method", sort=False)[cols]
+    out = g.mean().add_suffix(" mean").join(g.std(ddof=0).add_suffix(" std"))
+    ref = evals[evals["step"] == 0][cols].mean()
+    out.loc["reference", [f"{c} mean" for c in cols]] = ref.values
+    out.loc["reference", [f"{c} std" for c in cols]] = 0.0
+    return out
+
+
+def plot_lm_frontier(evals: pd.DataFrame):
+    """Seed-mean path of each method in the (KL to reference, true reward) plane."""
+    import matplotlib.pyplot as plt
+
+    from minirepro.papers.tbpo.plots import color
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for m in dict.fromkeys(evals["method"]):
+        g = evals[evals["method"] == m].groupby("step")[["kl_ref", "reward"]].mean()
+        ax.plot(g["kl_ref"], g["reward"], "-o", ms=3, color=color(m), label=m)
+        ax.plot(g["kl_ref"].iloc[-1], g["reward"].iloc[-1], "o", ms=8, color=color(m), markeredgecolor="black")
+    r0 = evals[evals["step"] == 0][["kl_ref", "reward"]].mean()
+    ax.plot(r0["kl_ref"], r0["reward"], "s", ms=9, color=color("reference"), label="reference (substrate LM)",
+            linestyle="none")
+    ax.set_xlabel("KL(pi || pi_ref) per response (nats, estimated from samples)")
+    ax.set_ylabel("true reward of the policy's samples")
+    ax.set_title("Tiny LM: reward against KL to the reference (mean of seeds)")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig

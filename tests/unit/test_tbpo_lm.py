@@ -1,0 +1,219 @@
+"""Tests of TBPO's second setting: the substrate LM with a programmatic text reward."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minirepro.core.lm import TOPICS, pretrain
+from minirepro.papers.tbpo import lm_setting as S
+from minirepro.papers.tbpo.train import method_loss
+
+OCEAN = sorted(S.topic_vocabulary("ocean"))
+OTHER = sorted(S.topic_vocabulary("forest") - S.topic_vocabulary("ocean"))
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    """The substrate's smoke model, trained once into a private cache (about 3 s)."""
+    before_env, before_threads = os.environ.get("MINIREPRO_CACHE"), torch.get_num_threads()
+    os.environ["MINIREPRO_CACHE"] = str(tmp_path_factory.mktemp("lmcache"))
+    try:
+        yield pretrain(scale="smoke")
+    finally:
+        if before_env is None:
+            os.environ.pop("MINIREPRO_CACHE", None)
+        else:
+            os.environ["MINIREPRO_CACHE"] = before_env
+        torch.set_num_threads(before_threads)
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(lm):
+    return S.encode_prompts(lm.tokenizer, S.corpus_prompts(lm, 4))
+
+
+def _cfg(**kw):
+    base = dict(n_pairs=64, steps=3, n_eval=8, eval_every=3, n_seeds=1)
+    base.update(kw)
+    return S.LMSettingConfig.preset("smoke", **base)
+
+
+# ---------------------------------------------------------------- the reward
+
+def test_reward_on_known_texts():
+    v = S.topic_vocabulary("ocean")
+    assert {"wave", "whale", "salty", "swims"} <= v and "oak" not in v
+    assert S.text_reward(["the", "salty", "wave", "swims"], v, 0.2) == pytest.approx(3 - 0.8)
+    assert S.text_reward([], v, 0.2) == 0.0
+    assert S.text_reward(["the", "oak", "."], v, 0.5) == pytest.approx(-1.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(OCEAN + OTHER + ["the", "."]), max_size=8),
+       st.sampled_from(OCEAN), st.sampled_from(OTHER), st.floats(0.0, 1.0))
+def test_reward_counts_topic_words_minus_length(words, ocean_word, other_word, lp):
+    v = S.topic_vocabulary("ocean")
+    r = S.text_reward(words, v, lp)
+    assert r == pytest.approx(sum(w in OCEAN for w in words) - lp * len(words))
+    assert S.text_reward(words + [ocean_word], v, lp) == pytest.approx(r + 1 - lp)
+    assert S.text_reward(words + [other_word], v, lp) == pytest.approx(r - lp)
+
+
+def test_every_topic_has_a_vocabulary_and_bad_inputs_raise():
+    for t in TOPICS:
+        assert len(S.topic_vocabulary(t)) >= 15
+    with pytest.raises(ValueError, match="unknown topic"):
+        S.topic_vocabulary("jungle")
+    with pytest.raises(ValueError, match="topic"):
+        S.LMSettingConfig(topic="jungle")
+    with pytest.raises(ValueError, match="lm_scale"):
+        S.LMSettingConfig(lm_scale="huge")
+    with pytest.raises(ValueError, match="unknown methods"):
+        S.LMSettingConfig(methods=("DPO", "PPO"))
+    with pytest.raises(ValueError, match="beta"):
+        S.LMSettingConfig(beta=0.0)
+    with pytest.raises(ValueError, match="steps"):
+        S.LMSettingConfig(steps=0)
+
+
+# ---------------------------------------------------------------- prompts, sampling
+
+def test_corpus_prompts_are_distinct_openings_of_equal_length(lm, prompt_ids):
+    prompts = S.corpus_prompts(lm, 4)
+    assert len(set(prompts)) == 4 and all(p.startswith("text : ") for p in prompts)
+    assert all(any(e.prompt.startswith(p + " ") for e in lm.corpus.train) for p in prompts)
+    assert prompt_ids.shape == (4, 4) and (prompt_ids[:, 0] == lm.tokenizer.bos_token_id).all()
+    with pytest.raises(ValueError, match="equal token lengths"):
+        S.encode_prompts(lm.tokenizer, ["text : the", "text : we saw the"])
+    with pytest.raises(ValueError, match="distinct text openings"):
+        S.corpus_prompts(lm, 10_000)
+
+
+class _Fixed(torch.nn.Module):
+    """A stub LM whose next-token distribution is one fixed vector (tests the sampler)."""
+
+    def __init__(self, probs):
+        super().__init__()
+        self.logits = torch.log(torch.as_tensor(probs, dtype=torch.float32))
+
+    def forward(self, input_ids):
+        class Out:
+            pass
+        o = Out()
+        o.logits = self.logits.expand(*input_ids.shape, -1)
+        return o
+
+
+def test_sampler_lengths_and_padding():
+    x = torch.ones(500, 2, dtype=torch.long)
+    g = torch.Generator().manual_seed(0)
+    y, n = S.sample(_Fixed([0.0, 0.0, 1.0, 0.0]), x, 5, eos=2, pad=0, generator=g)  # always EOS
+    assert (n == 1).all() and (y[:, 0] == 2).all() and (y[:, 1:] == 0).all()
+    y, n = S.sample(_Fixed([0.0, 0.0, 0.0, 1.0]), x, 5, eos=2, pad=0, generator=g)  # never EOS
+    assert (n == 5).all() and (y == 3).all()
+    y, n = S.sample(_Fixed([0.0, 0.0, 0.25, 0.75]), x, 6, eos=2, pad=0, generator=g)
+    for row, ln in zip(y.tolist(), n.tolist()):
+        assert all(t == 3 for t in row[:ln - 1]) and (ln == 6 or row[ln - 1] == 2)
+        assert all(t == 0 for t in row[ln:])
+    # lengths are geometric(0.25) truncated at 6: mean = sum_{k<6} 0.75^k
+    assert n.float().mean().item() == pytest.approx(sum(0.75 ** k for k in range(6)), abs=0.25)
+    with pytest.raises(ValueError, match="prompt_ids"):
+        S.sample(_Fixed([0.5, 0.5]), torch.ones(3, dtype=torch.long), 2, 1, 0, g)
+
+
+# ---------------------------------------------------------------- token statistics
+
+def test_stats_vanish_at_the_reference_and_sum_to_the_sequence_log_ratio(lm, prompt_ids):
+    g = torch.Generator().manual_seed(1)
+    x = prompt_ids[[0, 1, 2, 3, 0, 1]]
+    y, n = S.sample(lm.model, x, 8, lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id, g)
+    pol = S.LMPolicy(lm.model)
+    s = S.lm_token_stats(pol, lm.model, x, y, n)
+    for k in ("lr", "kl_pi_ref", "kl_ref_pi"):
+        assert s[k].abs().max().item() < 1e-5
+    with torch.no_grad():  # perturb the policy; compare with a one-sequence-at-a-time brute force
+        for p in pol.lm.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    s = S.lm_token_stats(pol, lm.model, x, y, n)
+    assert (s["kl_pi_ref"] >= -1e-6).all() and (s["kl_ref_pi"] >= -1e-6).all()
+    for i in range(x.shape[0]):
+        ids = torch.cat([x[i], y[i, :n[i]]])[None]
+        with torch.no_grad():
+            lp = torch.log_softmax(pol.lm(input_ids=ids).logits[0, :-1], -1)
+            lr_ = torch.log_softmax(lm.model(input_ids=ids).logits[0, :-1], -1)
+        P = x.shape[1]
+        tgt = ids[0, 1:]
+        brute = (lp - lr_).gather(-1, tgt[:, None]).squeeze(-1)[P - 1:].sum()
+        assert s["lr"][i].sum().item() == pytest.approx(brute.item(), abs=1e-4)
+    # tokens after a response's end change nothing (causal model, masks)
+    y2 = y.clone()
+    for i, ln in enumerate(n.tolist()):
+        y2[i, ln:] = 7
+    s2 = S.lm_token_stats(pol, lm.model, x, y2, n)
+    for k in ("lr", "kl_pi_ref", "v", "mask"):
+        assert torch.allclose(s[k], s2[k], atol=1e-6)
+    with pytest.raises(ValueError, match="expected prompt_ids"):
+        S.lm_token_stats(pol, lm.model, x, y, n[:-1])
+
+
+@pytest.mark.parametrize("method", ["DPO", "TBPO-A", "TBPO-Q"])
+def test_identical_pair_gives_zero_gradient(lm, prompt_ids, method):
+    g = torch.Generator().manual_seed(2)
+    x = prompt_ids[[0, 1, 2]]
+    y, n = S.sample(lm.model, x, 8, lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id, g)
+    pol = S.LMPolicy(lm.model)
+    with torch.no_grad():
+        for p in pol.lm.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+        pol.value.weight.normal_(generator=g)
+    s = S.lm_token_stats(pol, lm.model, torch.cat([x, x]), torch.cat([y, y]), torch.cat([n, n]))
+    loss = method_loss(method, {k: v[:3] for k, v in s.items()}, {k: v[3:] for k, v in s.items()},
+                       _cfg())
+    assert loss.item() == pytest.approx(math.log(2), abs=1e-6)
+    params = [p for p in pol.parameters()]
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    assert max(float(gr.abs().max()) for gr in grads if gr is not None) < 1e-6
+
+
+# ---------------------------------------------------------------- preferences, training
+
+def test_preferences_follow_bradley_terry_on_the_true_reward(lm, prompt_ids):
+    cfg = _cfg(n_pairs=800)
+    p = S.make_lm_preferences(lm, prompt_ids, cfg, seed=3)
+    assert p["chosen"].shape == (800, cfg.max_new_tokens)
+    assert (p["prompt"] == torch.arange(800) % 4).all()
+    rc = S.rewards(lm.tokenizer, p["chosen"], p["len_chosen"], cfg)
+    rr = S.rewards(lm.tokenizer, p["rejected"], p["len_rejected"], cfg)
+    assert np.allclose(rc, p["r_chosen"].numpy(), atol=1e-5) and np.allclose(rr, p["r_rejected"].numpy(), atol=1e-5)
+    d = rc - rr
+    diff = d != 0
+    assert diff.sum() > 200
+    # P(the higher-reward response is chosen) = sigmoid(|d|) under Bradley-Terry
+    observed = float((d[diff] > 0).mean())
+    expected = float((1 / (1 + np.exp(-np.abs(d[diff])))).mean())
+    assert observed == pytest.approx(expected, abs=4 / math.sqrt(diff.sum()))
+    again = S.make_lm_preferences(lm, prompt_ids, cfg, seed=3)
+    assert all(torch.equal(p[k], again[k]) for k in p)
+
+
+def test_training_is_deterministic_and_starts_at_the_reference(lm, prompt_ids):
+    cfg = _cfg()
+    prefs = S.make_lm_preferences(lm, prompt_ids, cfg, seed=0)
+    a = S.train_lm_method("TBPO-A", lm, prompt_ids, prefs, cfg, seed=0)
+    b = S.train_lm_method("TBPO-A", lm, prompt_ids, prefs, cfg, seed=0)
+    assert a.equals(b)
+    assert list(a["step"]) == [0, 3]
+    assert a.loc[0, "kl_ref"] == pytest.approx(0.0, abs=1e-5)
+    assert a.loc[1, "kl_ref"] > 1e-3  # it moved
+    table = S.lm_summary(a)
+    assert table.loc["reference", "kl_ref mean"] == pytest.approx(0.0, abs=1e-5)
+    assert table.loc["TBPO-A", "reward mean"] == pytest.approx(a.loc[1, "reward"])
+    with pytest.raises(ValueError, match="unknown method"):
+        S.train_lm_method("PPO", lm, prompt_ids, prefs, cfg, seed=0)
