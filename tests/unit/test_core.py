@@ -154,3 +154,14 @@ def test_threads_env_is_validated(monkeypatch):
     with pytest.raises(ValueError, match="MINIREPRO_THREADS"):
         set_seed(0)
     os.environ.pop("MINIREPRO_THREADS", None)
+
+
+def test_set_seed_without_torch_does_not_import_it():
+    import subprocess
+    import sys
+
+    code = ("import sys; from minirepro.core import set_seed; import random; "
+            "g = set_seed(5, seed_torch=False); a = random.random(); set_seed(5, seed_torch=False); "
+            "assert random.random() == a; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

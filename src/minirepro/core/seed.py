@@ -27,7 +27,8 @@ def threads_from_env() -> int:
     return n
 
 
-def set_seed(seed: int, threads: int | None = None, deterministic: bool = True) -> np.random.Generator:
+def set_seed(seed: int, threads: int | None = None, deterministic: bool = True,
+             seed_torch: bool = True) -> np.random.Generator:
     """Seed Python, NumPy and torch, fix the thread count, and return a NumPy generator.
 
     Args:
@@ -35,6 +36,8 @@ def set_seed(seed: int, threads: int | None = None, deterministic: bool = True) 
         threads: intra-op threads for torch (default: ``MINIREPRO_THREADS`` or 1).
         deterministic: ask torch for deterministic algorithms (warn-only, so an op
             without a deterministic kernel still runs).
+        seed_torch: also seed torch and fix its threads. A chapter that never uses
+            torch passes ``False`` and so does not pay for importing it.
 
     Returns:
         ``np.random.default_rng(seed)``, for code that takes an explicit generator.
@@ -45,6 +48,8 @@ def set_seed(seed: int, threads: int | None = None, deterministic: bool = True) 
     random.seed(seed)
     np.random.seed(seed % 2**32)
     n_threads = threads if threads is not None else threads_from_env()
+    if not seed_torch:
+        return np.random.default_rng(seed)
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency

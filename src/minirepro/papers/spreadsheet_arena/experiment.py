@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import chi2, kendalltau
 
-from minirepro.core import ScaledConfig, progress
+from minirepro.core import ScaledConfig, progress, set_seed
 from minirepro.papers.spreadsheet_arena import ratings as R
 from minirepro.papers.spreadsheet_arena.expert import expert_score, expert_table, pairwise_agreement
 from minirepro.papers.spreadsheet_arena.generators import default_generators
@@ -27,19 +27,9 @@ ANCHOR = "gen-minimal"
 
 
 def seeded(seed: int) -> np.random.Generator:
-    """Seed Python's and NumPy's global generators and return ``np.random.default_rng(seed)``.
-
-    ``minirepro.core.set_seed`` does the same and also seeds torch, which it imports;
-    this chapter uses no torch, and importing it would cost seconds of a smoke run.
-    Every random draw here comes from the returned generator.
-    """
-    import random
-
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    random.seed(int(seed))
-    np.random.seed(int(seed) % 2**32)
-    return np.random.default_rng(int(seed))
+    """``core.set_seed`` without torch (this chapter uses none): seeds Python and NumPy
+    and returns ``np.random.default_rng(seed)``, the generator every draw here uses."""
+    return set_seed(seed, seed_torch=False)
 
 
 @dataclass
