@@ -1,6 +1,6 @@
-"""The ``minirepro`` command: list, run, sweep, claims, goldens, book, arena.
+"""The ``minirepro`` command: list, run, sweep, claims, goldens, book, artifacts, arena.
 
-Bad input (an unknown chapter, parameter, type or scale) prints one line naming
+Bad input (an unknown chapter, artifact, parameter, type or scale) prints one line naming
 the valid choices and exits with status 2, before anything is written.
 """
 
@@ -150,10 +150,52 @@ def _cmd_book(args) -> int:
     return 0
 
 
+def _cmd_artifacts(args) -> int:
+    from minirepro.core import artifacts
+
+    names = [args.name] if getattr(args, "name", None) else list(artifacts.registry())
+    for n in names:
+        artifacts.get(n)  # an unknown name: one line naming the valid ones, exit 2
+    if args.action == "list":
+        root = artifacts.artifacts_root()
+        for n, rec in artifacts.registry().items():
+            try:
+                man = artifacts.read_manifest(root / n)
+            except artifacts.ArtifactError:
+                print(f"{n}  (not built: `{rec.command}`)  {rec.description}")
+                continue
+            size = sum(f.get("bytes", 0) for f in man["files"].values()) / 2**20
+            quality = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                for k, v in man.get("quality", {}).items())
+            print(f"{n}  {size:.2f} MB  built {man.get('built_at', '?')} "
+                  f"in {man.get('train_seconds', '?')} s  {rec.description}")
+            if quality:
+                print(f"    {quality}")
+        total = artifacts.total_bytes(root)
+        print(f"{len(names)} artifact(s) in {root}: {total / 2**20:.2f} MB of "
+              f"{artifacts.BUDGET_BYTES / 2**20:.0f} MB")
+        return 0
+    if args.action == "build":
+        try:
+            folder = artifacts.build(args.name, force=args.force)
+        except artifacts.ArtifactError as exc:
+            print(f"minirepro: {exc}", file=sys.stderr)
+            return 1
+        man = artifacts.read_manifest(folder)
+        print(f"{args.name}: {folder}, built {man['built_at']} in {man['train_seconds']} s")
+        return 0
+    problems = [p for n in names for p in artifacts.verify(n)]
+    for p in problems:
+        print(p, file=sys.stderr)
+    print(f"verified {len(names)} artifact(s): " +
+          (f"{len(problems)} problem(s)" if problems else "all fine"))
+    return 1 if problems else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="minirepro", description="Run the chapters of the minirepro book.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
-                                metavar="{list,run,sweep,claims,goldens,book,arena}")
+                                metavar="{list,run,sweep,claims,goldens,book,artifacts,arena}")
 
     p = sub.add_parser("list", help="chapters, their parameters and defaults")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -192,6 +234,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", choices=SCALES, help="default: MINIREPRO_SCALE or book")
     p.add_argument("--no-strict", action="store_true", help="do not treat warnings as errors")
     p.set_defaults(func=_cmd_book)
+
+    p = sub.add_parser("artifacts", help="trained models committed under artifacts/")
+    acts = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    acts.add_parser("list", help="each artifact: size, when built, training time, quality")
+    a = acts.add_parser("build", help="(re-)make an artifact from its recipe")
+    a.add_argument("name", help="artifact name (see `minirepro artifacts list`)")
+    a.add_argument("--force", action="store_true", help="re-make it even if it verifies")
+    a = acts.add_parser("verify", help="check checksums, config and code against the manifests")
+    a.add_argument("name", nargs="?", help="one artifact (default: all)")
+    p.set_defaults(func=_cmd_artifacts)
 
     p = sub.add_parser("arena", help="the SpreadsheetArena web app (serve, export)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)

@@ -1,0 +1,66 @@
+"""Trained models as checked artifacts: recipes, manifests, verified loading.
+
+A model that takes longer to train than a chapter's budget, or that several chapters
+study, is trained once by a registered *recipe* and committed under
+``artifacts/<name>/`` at the repository root::
+
+    from minirepro.core import artifacts
+
+    @artifacts.recipe("lm-v2-book", config=LMv2Recipe(), sources=("minirepro.core.lm.models",),
+                      description="the v2 substrate's book model")
+    def build_lm_v2_book(config, out: Path) -> artifacts.BuildResult:
+        ...  # write only *.safetensors, *.json, *.txt into `out`
+        return artifacts.BuildResult(quality={"val_loss": 1.2}, data_hash="...")
+
+    path = artifacts.load("lm-v2-book")   # a verified folder
+
+``artifacts/<name>/MANIFEST.json`` records the config, a hash of the recipe's code
+(:func:`source_hash` over the recipe's own module and ``sources``), the data hash, the
+sha256 and size of every file, the training time, the headline quality figures, the
+library versions, the machine and the command that re-makes it.
+
+:func:`load` checks every file against the manifest. A missing or corrupt file (or a
+pickle) is never loaded: a one-line :class:`ArtifactWarning` names the problem and the
+artifact is rebuilt into ``$MINIREPRO_CACHE/artifacts/<name>/`` (the committed copy is
+left as it is). :func:`verify` also reports a manifest that no longer matches the
+recipe's config or code, naming the fix ``minirepro artifacts build NAME``.
+
+``MINIREPRO_ARTIFACTS`` moves the artifacts folder (tests use a temporary one); every
+function also takes ``root=``. Writes go to a temporary folder next to the target and are
+renamed into place, so a crash never leaves half an artifact under its name.
+"""
+
+from minirepro.core.artifacts.files import (
+                                            ALLOWED_SUFFIXES,
+                                            ARTIFACTS_ENV,
+                                            BUDGET_BYTES,
+                                            MANIFEST,
+                                            artifacts_root,
+                                            cache_dir,
+                                            file_problems,
+                                            manifest,
+                                            read_manifest,
+                                            total_bytes,
+)
+from minirepro.core.artifacts.recipes import (
+                                            ArtifactError,
+                                            ArtifactWarning,
+                                            BuildResult,
+                                            Recipe,
+                                            get,
+                                            recipe,
+                                            registry,
+                                            unregister,
+)
+from minirepro.core.artifacts.store import build, load, recipe_problems, verify
+from minirepro.core.sourcehash import source_hash
+
+# Modules that register recipes when imported; registry() imports them all, so
+# `minirepro artifacts list` sees every recipe. Recipe authors: append yours here.
+RECIPE_MODULES: tuple[str, ...] = (
+)
+
+__all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",
+           "ArtifactError", "ArtifactWarning", "BuildResult", "Recipe", "artifacts_root", "build",
+           "cache_dir", "file_problems", "get", "load", "manifest", "read_manifest", "recipe",
+           "recipe_problems", "registry", "source_hash", "total_bytes", "unregister", "verify"]

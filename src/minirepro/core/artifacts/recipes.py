@@ -1,0 +1,139 @@
+"""Recipes: the registry of functions that make artifacts, and what they return."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from minirepro.core.sourcehash import source_hash
+
+_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+class ArtifactError(ValueError):
+    """An unknown artifact name, a bad recipe, or an artifact that cannot be used."""
+
+
+class ArtifactWarning(UserWarning):
+    """A committed artifact was not used as it is (corrupt, missing or out of date)."""
+
+
+@dataclass
+class BuildResult:
+    """What a recipe returns besides the files it wrote.
+
+    Attributes:
+        quality: headline figures of the trained model (e.g. ``{"val_loss": 1.2}``).
+        data_hash: sha256 of the training data (``""`` when there is none).
+    """
+
+    quality: dict[str, float] = field(default_factory=dict)
+    data_hash: str = ""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A registered recipe: ``fn(config, out)`` writes the artifact's files into ``out``."""
+
+    name: str
+    fn: Callable[..., BuildResult]
+    config: object
+    sources: tuple[str | ModuleType, ...]
+    description: str
+
+    @property
+    def module(self) -> str:
+        """The module that defines (and registers) the recipe."""
+        return self.fn.__module__
+
+    @property
+    def command(self) -> str:
+        """The command that re-makes the artifact."""
+        return f"minirepro artifacts build {self.name}"
+
+    def config_dict(self) -> dict:
+        """The config as it goes into the manifest (JSON types)."""
+        cfg = self.config
+        if cfg is None:
+            raw: object = {}
+        elif dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+            raw = dataclasses.asdict(cfg)
+        elif isinstance(cfg, Mapping):
+            raw = dict(cfg)
+        else:
+            raise ArtifactError(f"recipe {self.name!r}: config must be a dataclass instance "
+                                f"or a mapping, got {type(cfg).__name__}")
+        return json.loads(json.dumps(raw, sort_keys=True, default=str))
+
+    def source_modules(self) -> list[str | ModuleType]:
+        """The recipe's own module and its ``sources``."""
+        own = sys.modules.get(self.module, self.module)
+        return [own, *self.sources]
+
+    def source_hash(self) -> str:
+        """:func:`source_hash` of :meth:`source_modules`."""
+        return source_hash(self.source_modules())
+
+
+_REGISTRY: dict[str, Recipe] = {}
+
+
+def recipe(name: str, *, config: object = None,
+           sources: tuple[str | ModuleType, ...] = (), description: str = ""):
+    """Register the decorated function as the recipe of artifact ``name``.
+
+    Args:
+        name: lowercase words joined by ``-`` (``"lm-v2-book"``).
+        config: a dataclass instance (or a mapping), passed to the function and
+            recorded in the manifest; :func:`verify` compares it with the manifest.
+        sources: modules (dotted names or module objects) whose code the artifact
+            depends on besides the recipe's own module; their :func:`source_hash` is
+            recorded and compared.
+        description: one line for ``minirepro artifacts list``.
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ArtifactError(f"artifact name {name!r} must be lowercase words joined by '-'")
+    sources = (sources,) if isinstance(sources, (str, ModuleType)) else tuple(sources)
+
+    def register(fn: Callable[..., BuildResult]) -> Callable[..., BuildResult]:
+        old = _REGISTRY.get(name)
+        if old is not None and (old.module, old.fn.__qualname__) != (fn.__module__,
+                                                                      fn.__qualname__):
+            raise ArtifactError(f"artifact {name!r} is already registered by "
+                                f"{old.module}.{old.fn.__qualname__}")
+        rec = Recipe(name, fn, config, sources, description)
+        rec.config_dict()  # fail at registration on a config that cannot be recorded
+        _REGISTRY[name] = rec
+        return fn
+
+    return register
+
+
+def unregister(name: str) -> None:
+    """Forget a recipe (tests register throwaway ones)."""
+    _REGISTRY.pop(name, None)
+
+
+def registry() -> dict[str, Recipe]:
+    """Every recipe, by name, after importing the modules in :data:`RECIPE_MODULES`."""
+    from minirepro.core import artifacts  # RECIPE_MODULES lives in the package
+
+    for module in artifacts.RECIPE_MODULES:
+        importlib.import_module(module)
+    return dict(sorted(_REGISTRY.items()))
+
+
+def get(name: str) -> Recipe:
+    """The recipe called ``name``; an unknown name raises an error naming the valid ones."""
+    known = registry()
+    if name not in known:
+        raise ArtifactError(f"unknown artifact {name!r}; artifacts: "
+                            f"{', '.join(known) or '(none registered)'}")
+    return known[name]
+
