@@ -1,13 +1,22 @@
 """Metrics and claim verdicts, recorded by chapters for runs, the page and the ledger.
 
-A chapter states each claim and the rule that will decide its verdict *before*
-the experiment runs (``declare_claim``), then settles it from the measurement
-(``Claim.settle``). ``record_claim`` does both at once for a claim whose rule and
-measurement sit in one cell. ``claims_table()`` shows them on the page.
+A chapter states each claim with a rule object (:mod:`minirepro.rules`: ``Better``,
+``Equivalent``, ``Threshold``, ``AllOf``) *before* the experiment runs
+(``declare_claim``), then settles it with the data (``claim.settle(method=...,
+baseline=...)``): the rule writes its sentence on the page and decides the verdict,
+so the threshold lives in one place. ``kind="check"`` marks a claim the book adds
+(a cost, a pipeline check) as a *check of the miniature*, kept apart from the
+paper's claims in the ledger. ``claims_table()`` shows them on the page.
 
-When ``MINIREPRO_RESULTS`` names a file (``minirepro run`` sets it), every record
-is written there at once as JSON, so a run's ``results.json`` holds
-``{"metrics": {...}, "claims": [...]}`` even if a later cell fails.
+Metrics carry the tolerance within which a re-run must reproduce them
+(``record_metric(name, value, rtol=..., atol=...)``): the golden check compares a
+fresh smoke run with the stored one within these, so a number that training
+computes may differ in its last digits between processors without failing.
+
+When ``MINIREPRO_RESULTS`` names a file (``minirepro run`` and the golden tests set
+it), every record is written there at once as JSON, so a run's ``results.json``
+holds ``{"metrics": {...}, "tolerances": {...}, "claims": [...]}`` even if a later
+cell fails.
 """
 
 from __future__ import annotations
@@ -20,40 +29,89 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-VERDICTS: tuple[str, ...] = ("reproduced", "partly", "not reproduced", "not testable at this scale")
+from minirepro.rules import VERDICTS, Rule
+
+KINDS: tuple[str, ...] = ("paper", "check")
 
 
 @dataclass
 class Claim:
-    """One claim of the paper, its rule, and (once settled) the measurement and verdict."""
+    """One claim, its rule, and (once settled) the measurement and verdict.
+
+    Attributes:
+        id: short identifier, unique within the chapter.
+        statement: the claim in one sentence (the paper's, or the book's for a check).
+        paper_value: the paper's own figure, or ``"-"``.
+        rule: the rule's sentence (what decides the verdict).
+        setting: the miniature's setting (data, sizes, seeds).
+        kind: ``"paper"`` (a claim of the paper) or ``"check"`` (a check of the miniature).
+        flag: set at declaration when the rule cannot give "reproduced" in this setting.
+        machine_dependent: the verdict depends on the machine (timings): it is left out
+            of :func:`verdict_lines`, which goldens compare as exact text.
+        measured: the measurement, as text (set by ``settle``).
+        verdict: one of ``VERDICTS`` (set by ``settle``).
+        details: the numbers behind the verdict (interval ends, n, ...).
+    """
 
     id: str
     statement: str
     paper_value: str
     rule: str
     setting: str = ""
+    kind: str = "paper"
+    flag: str | None = None
+    machine_dependent: bool = False
     measured: str | None = None
     verdict: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    _rule: Rule | None = field(default=None, repr=False, compare=False)
 
-    def settle(self, measured: Any, verdict: str) -> Claim:
-        """Record the measured figure and the verdict the pre-stated rule gives."""
-        if verdict not in VERDICTS:
-            raise ValueError(f"verdict {verdict!r} is not one of: {', '.join(VERDICTS)}")
+    def __repr__(self) -> str:  # short: a stray repr on a page must not be a wall of text
+        return f"<claim {self.id}: {self.verdict or 'pending'}>"
+
+    def settle(self, measured: Any = None, verdict: str | None = None, *, note: str = "",
+               **data: Any) -> Claim:
+        """Decide the verdict by the claim's rule from ``data``, and record it.
+
+        With a rule object, pass the rule's data as keywords (``method=``, ``baseline=``,
+        ``values=``, ...): the rule computes the verdict and the measured text, and
+        ``note`` adds context to it. A claim declared with a rule object refuses a
+        verdict given by hand.
+        """
         if self.verdict is not None:
             raise RuntimeError(f"claim {self.id!r} is already settled as {self.verdict!r}")
-        self.measured = _fmt(measured)
-        self.verdict = verdict
+        if self._rule is not None:
+            if verdict is not None or measured is not None:
+                raise TypeError(f"claim {self.id!r} has a rule object: pass its data "
+                                "(e.g. method=..., baseline=...), not a verdict")
+            out = self._rule.decide(**data)
+            self.verdict, self.details = out.verdict, _jsonable(out.details)
+            self.measured = out.measured + (f"; {note}" if note else "")
+        else:
+            if data:
+                raise TypeError(f"claim {self.id!r} has a text rule: settle(measured, verdict)")
+            if verdict not in VERDICTS:
+                raise ValueError(f"verdict {verdict!r} is not one of: {', '.join(VERDICTS)}")
+            self.measured = _fmt(measured) + (f"; {note}" if note else "")
+            self.verdict = verdict
         _STATE.save()
         return self
+
+    def as_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("_rule", None)
+        return d
 
 
 @dataclass
 class _State:
     metrics: dict[str, Any] = field(default_factory=dict)
+    tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
     claims: dict[str, Claim] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        return {"metrics": self.metrics, "claims": [asdict(c) for c in self.claims.values()]}
+        return {"metrics": self.metrics, "tolerances": self.tolerances,
+                "claims": [c.as_json() for c in self.claims.values()]}
 
     def save(self) -> None:
         target = os.environ.get("MINIREPRO_RESULTS")
@@ -83,6 +141,20 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"cannot record a {type(obj).__name__} as JSON")
 
 
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out[k] = _jsonable(v)
+        elif hasattr(v, "item"):
+            out[k] = v.item()
+        elif isinstance(v, float) and not math.isfinite(v):
+            out[k] = str(v)
+        else:
+            out[k] = v
+    return out
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -92,11 +164,22 @@ def _fmt(value: Any) -> str:
 def reset() -> None:
     """Forget every metric and claim recorded in this process (tests use it)."""
     _STATE.metrics.clear()
+    _STATE.tolerances.clear()
     _STATE.claims.clear()
 
 
-def record_metric(name: str, value: float | int | str | bool) -> None:
-    """Record a named metric of this run (a number, or a short string)."""
+def record_metric(name: str, value: float | int | str | bool, *, rtol: float | None = None,
+                  atol: float | None = None) -> None:
+    """Record a named metric of this run, and the tolerance a re-run must meet.
+
+    Args:
+        name: a non-empty name, unique within the chapter.
+        value: a number or a short string.
+        rtol, atol: the golden check accepts a re-run's value ``v`` when
+            ``|v - value| <= atol + rtol * |value|``. Declare them for every number that
+            training computes (it differs in its last digits between processors).
+            Without them a float must agree to ``rtol=1e-6``, and an int, string or bool exactly.
+    """
     if not name or not isinstance(name, str):
         raise ValueError(f"metric name must be a non-empty string, got {name!r}")
     if hasattr(value, "item"):
@@ -105,50 +188,52 @@ def record_metric(name: str, value: float | int | str | bool) -> None:
         value = str(value)
     if not isinstance(value, (int, float, str, bool)):
         raise TypeError(f"metric {name!r} must be a number or a string, got {type(value).__name__}")
+    for label, tol in (("rtol", rtol), ("atol", atol)):
+        if tol is not None and not (tol >= 0 and math.isfinite(tol)):
+            raise ValueError(f"metric {name!r}: {label} must be a finite number >= 0, got {tol}")
     _STATE.metrics[name] = value
+    if rtol is not None or atol is not None:
+        _STATE.tolerances[name] = {"rtol": float(rtol or 0.0), "atol": float(atol or 0.0)}
+    else:
+        _STATE.tolerances.pop(name, None)
     _STATE.save()
 
 
-def declare_claim(id: str, statement: str, paper_value: str, rule: str, setting: str = "") -> Claim:
+def declare_claim(id: str, statement: str, paper_value: str, rule: Rule | str, setting: str = "",
+                  *, kind: str = "paper", n_seeds: int | None = None,
+                  machine_dependent: bool = False) -> Claim:
     """State a claim and the rule for its verdict, before the experiment runs.
 
     Args:
         id: short identifier, unique within the chapter (``"zero-violation"``).
-        statement: the paper's claim, in one sentence.
+        statement: the claim, in one sentence.
         paper_value: the paper's own figure (``"MSE 0.0012 vs 0.0045"``) or ``"-"``.
-        rule: how the measurement decides the verdict, e.g. "reproduced if the
-            max violation is below 1e-9 on every seed; not reproduced otherwise".
+        rule: a rule object from :mod:`minirepro.rules` (``Better``, ``Equivalent``,
+            ``Threshold``, ``AllOf``), which writes its sentence and decides the verdict.
         setting: the miniature's setting (data, sizes, seeds).
+        kind: ``"paper"`` for the paper's claim, ``"check"`` for a check of the
+            miniature that the book adds (costs, pipeline sanity).
+        n_seeds: the number of seeds the claim will be settled on; a rule that cannot
+            give "reproduced" with that many is flagged (``claim.flag``) here, before the run.
+        machine_dependent: the verdict depends on the machine (e.g. a timing), so it is
+            left out of :func:`verdict_lines`.
     """
     if not id or any(ch.isspace() for ch in id):
         raise ValueError(f"claim id must be a non-empty word, got {id!r}")
-    if not rule.strip():
+    if kind not in KINDS:
+        raise ValueError(f"claim kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if isinstance(rule, Rule):
+        sentence, obj, flag = rule.sentence(), rule, rule.design_problem(n_seeds)
+    elif isinstance(rule, str) and rule.strip():
+        sentence, obj, flag = rule, None, None
+    else:
         raise ValueError(f"claim {id!r} needs its verdict rule stated before the run")
-    claim = Claim(id=id, statement=statement, paper_value=paper_value, rule=rule, setting=setting)
+    claim = Claim(id=id, statement=statement, paper_value=paper_value, rule=sentence,
+                  setting=setting, kind=kind, flag=flag, machine_dependent=machine_dependent,
+                  _rule=obj)
     _STATE.claims[id] = claim
     _STATE.save()
     return claim
-
-
-def record_claim(id: str, statement: str, paper_value: str, measured: Any, verdict: str,
-                 rule: str, setting: str = "") -> Claim:
-    """Declare and settle a claim in one call (``declare_claim`` then ``settle``)."""
-    return declare_claim(id, statement, paper_value, rule, setting).settle(measured, verdict)
-
-
-def decide(reproduced: bool, partly: bool = False, testable: bool = True) -> str:
-    """The verdict word for a rule's outcome.
-
-    ``testable=False`` gives "not testable at this scale"; otherwise ``reproduced``
-    wins, then ``partly``, else "not reproduced".
-    """
-    if not testable:
-        return VERDICTS[3]
-    if reproduced:
-        return VERDICTS[0]
-    if partly:
-        return VERDICTS[1]
-    return VERDICTS[2]
 
 
 def metrics() -> dict[str, Any]:
@@ -156,20 +241,51 @@ def metrics() -> dict[str, Any]:
     return dict(_STATE.metrics)
 
 
+def tolerances() -> dict[str, dict[str, float]]:
+    """The declared tolerances of the metrics recorded so far."""
+    return {k: dict(v) for k, v in _STATE.tolerances.items()}
+
+
 def claims() -> list[Claim]:
     """The claims declared so far in this process, in order."""
     return list(_STATE.claims.values())
 
 
-def claims_table():
-    """The claims as a pandas DataFrame, for display on the page."""
+def claims_table(kind: str | None = None):
+    """The claims as a pandas DataFrame, for display on the page (``kind`` filters)."""
     import pandas as pd
 
-    rows = [{"claim": c.id, "paper": c.paper_value, "measured here": c.measured or "(pending)",
-             "verdict": c.verdict or "(pending)", "rule": c.rule} for c in _STATE.claims.values()]
+    rows = [{"claim": c.statement if c.kind == "paper" else f"(check) {c.statement}",
+             "paper": c.paper_value, "measured here": c.measured or "(pending)",
+             "verdict": c.verdict or "(pending)", "rule": c.rule + (f" [flag: {c.flag}]" if c.flag else "")}
+            for c in _STATE.claims.values() if kind is None or c.kind == kind]
     return pd.DataFrame(rows, columns=["claim", "paper", "measured here", "verdict", "rule"])
 
 
 def verdict_lines() -> str:
-    """One line per claim, ``id: verdict``: the text a golden's checked cell prints."""
-    return "\n".join(f"{c.id}: {c.verdict or '(pending)'}" for c in _STATE.claims.values())
+    """One line per claim, ``id: verdict``: the text a golden's checked cell prints.
+
+    Claims declared ``machine_dependent`` are left out; checks of the miniature are
+    marked ``(check)``.
+    """
+    return "\n".join(f"{c.id}{' (check)' if c.kind == 'check' else ''}: {c.verdict or '(pending)'}"
+                     for c in _STATE.claims.values() if not c.machine_dependent)
+
+
+# Legacy interface, kept while the first chapters move to rule objects; new code
+# declares a rule object and lets it decide.
+def record_claim(id: str, statement: str, paper_value: str, measured: Any, verdict: str,
+                 rule: str, setting: str = "") -> Claim:
+    """[legacy] Declare a claim with a text rule and settle it in one call."""
+    return declare_claim(id, statement, paper_value, rule, setting).settle(measured, verdict)
+
+
+def decide(reproduced: bool, partly: bool = False, testable: bool = True) -> str:
+    """[legacy] The verdict word for a hand-written rule's outcome."""
+    if not testable:
+        return VERDICTS[3]
+    if reproduced:
+        return VERDICTS[0]
+    if partly:
+        return VERDICTS[1]
+    return VERDICTS[2]

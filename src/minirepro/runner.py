@@ -165,7 +165,8 @@ def run_chapter(name: str, params: dict[str, Any] | None = None, scale: str | No
     kernel_results = stage / ".kernel-results.json"
     recorded = json.loads(kernel_results.read_text()) if kernel_results.exists() else {}
     results = {"chapter": chapter.name, "params": full_params,
-               "metrics": recorded.get("metrics", {}), "claims": recorded.get("claims", []),
+               "metrics": recorded.get("metrics", {}), "tolerances": recorded.get("tolerances", {}),
+               "claims": recorded.get("claims", []),
                "seconds": round(seconds, 2), "run_id": run_id}
     (stage / "params.json").write_text(json.dumps(full_params, indent=2, default=str) + "\n")
     (stage / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
@@ -318,10 +319,15 @@ GOLDEN_SCALE = "smoke"
 def make_golden(name: str, root: Path | None = None) -> Path:
     """Execute a chapter at smoke scale and store it as ``tests/goldens/<slug>.ipynb``.
 
-    Bars are off (``TQDM_DISABLE=1``) and one thread count is fixed, so the stored
-    outputs are what nbval will see when it re-executes the golden in the tests.
+    Beside it goes ``<slug>.results.json``: the metrics (with their declared
+    tolerances) and claims of that execution, which the golden test compares with a
+    fresh execution (:mod:`minirepro.goldens`). Bars are off (``TQDM_DISABLE=1``) and
+    one thread count is fixed, so the stored outputs are what nbval will see. A failed
+    execution is kept in ``runs/goldens/<chapter>-FAILED/`` with its log.
     """
     import nbformat
+
+    from minirepro.goldens import results_path
 
     root = (root or repo_root()).resolve()
     chapter = get(name, root)
@@ -331,22 +337,30 @@ def make_golden(name: str, root: Path | None = None) -> Path:
         tmpdir = Path(tmp)
         ipynb = to_ipynb(chapter, tmpdir / "source.ipynb")
         out = tmpdir / "golden.ipynb"
+        record = tmpdir / "results.json"
         env = kernel_env({"MINIREPRO_SCALE": GOLDEN_SCALE, "TQDM_DISABLE": "1",
-                          "MINIREPRO_ROOT": str(root)})
-        env.pop("MINIREPRO_RESULTS", None)
+                          "MINIREPRO_ROOT": str(root), "MINIREPRO_RESULTS": str(record)})
         env.pop("MINIREPRO_FIGDIR", None)
         try:
             execute(ipynb, out, {"scale": GOLDEN_SCALE} if "scale" in chapter.parameters else {},
                     env, cwd=target.parent, log=tmpdir / "papermill.log")
         except RuntimeError as exc:
-            raise RunFailed(f"golden for {chapter.name!r} failed: {exc}", tmpdir) from exc
+            kept = root / "runs" / "goldens" / f"{chapter.name}-FAILED"
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(tmpdir, kept)
+            raise RunFailed(f"golden for {chapter.name!r} failed: {exc}; log and partial notebook "
+                            f"in {kept}", kept) from exc
         nb = nbformat.read(out, as_version=4)
+        recorded = json.loads(record.read_text(encoding="utf-8")) if record.exists() else {}
     nb.metadata.pop("papermill", None)
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:  # timings would make every re-made golden differ
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)
     nbformat.write(nb, target)
+    stored = {"chapter": chapter.name, "metrics": recorded.get("metrics", {}),
+              "tolerances": recorded.get("tolerances", {}), "claims": recorded.get("claims", [])}
+    results_path(target).write_text(json.dumps(stored, indent=2, default=str) + "\n", encoding="utf-8")
     return target
 
 
