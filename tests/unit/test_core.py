@@ -165,3 +165,21 @@ def test_set_seed_without_torch_does_not_import_it():
             "assert random.random() == a; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_from_params_maps_notebook_parameters_named_as_fields():
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from minirepro.core.scale import ScaledConfig
+
+    @dataclass
+    class Cfg(ScaledConfig):
+        n_train: int = 100
+        lr: float = 0.1
+        PRESETS: ClassVar = {"smoke": {"n_train": 10}, "book": {}, "full": {}}
+
+    ns = {"scale": "smoke", "lr": 0.5, "n_train": None, "seed": 3, "unrelated": 1}
+    cfg = Cfg.from_params(ns)
+    assert (cfg.n_train, cfg.lr) == (10, 0.5)
+    assert Cfg.from_params({"scale": "book"}).n_train == 100

@@ -53,6 +53,19 @@ class ScaledConfig:
                 values[key] = value
         return cls(**values)
 
+    @classmethod
+    def from_params(cls, namespace: dict[str, Any], scale: str | None = None) -> Self:
+        """The config for a notebook's parameters cell: its ``scale`` preset, overridden by
+        every variable of ``namespace`` (pass ``globals()``) named like a field and not ``None``.
+
+        Notebook parameters are named as the config's fields, so one call maps them all::
+
+            cfg = Config.from_params(globals())
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        chosen = scale if scale is not None else namespace.get("scale")
+        return cls.preset(chosen, **{k: v for k, v in namespace.items() if k in names})
+
     def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (for tables and results)."""
         return dataclasses.asdict(self)
