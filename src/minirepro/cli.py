@@ -176,8 +176,12 @@ def _cmd_artifacts(args) -> int:
               f"{artifacts.BUDGET_BYTES / 2**20:.0f} MB")
         return 0
     if args.action == "build":
+        if not args.force and not artifacts.verify(args.name):
+            folder = artifacts.artifacts_root() / args.name
+            print(f"{args.name} is up to date: {folder} (--force re-makes it)")
+            return 0
         try:
-            folder = artifacts.build(args.name, force=args.force)
+            folder = artifacts.build(args.name, force=True)
         except artifacts.ArtifactError as exc:
             print(f"minirepro: {exc}", file=sys.stderr)
             return 1
@@ -185,6 +189,8 @@ def _cmd_artifacts(args) -> int:
         print(f"{args.name}: {folder}, built {man['built_at']} in {man['train_seconds']} s")
         return 0
     problems = [p for n in names for p in artifacts.verify(n)]
+    if not args.name:
+        problems += artifacts.orphans()
     for p in problems:
         print(p, file=sys.stderr)
     print(f"verified {len(names)} artifact(s): " +

@@ -7,6 +7,7 @@ REAL registry: every committed artifact must match its recipe's config and code.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import sys
@@ -221,9 +222,16 @@ def test_a_recipe_that_writes_a_pickle_or_fails_leaves_nothing(demo, root):
         (out / "half.safetensors").write_bytes(b"x")
         raise RuntimeError("boom")
 
+    @artifacts.recipe("demo-noresult")
+    def _noresult(config, out):
+        (out / "a.txt").write_text("a")
+        return {"quality": 1}
+
     try:
         with pytest.raises(artifacts.ArtifactError, match="never pickle"):
             artifacts.build("demo-pickle")
+        with pytest.raises(artifacts.ArtifactError, match="not an artifacts.BuildResult"):
+            artifacts.build("demo-noresult")
         with pytest.raises(RuntimeError, match="boom"):
             artifacts.build("demo-crash")
         assert not root.exists() or list(root.iterdir()) == []
@@ -238,8 +246,8 @@ def test_a_recipe_that_writes_a_pickle_or_fails_leaves_nothing(demo, root):
         assert sorted(p.name for p in root.iterdir()) == [NAME]
         assert artifacts.verify(NAME) == []
     finally:
-        artifacts.unregister("demo-pickle")
-        artifacts.unregister("demo-crash")
+        for name in ("demo-pickle", "demo-crash", "demo-noresult"):
+            artifacts.unregister(name)
 
 
 # ------------------------------------------------------------------ stale manifests
@@ -354,6 +362,48 @@ def test_normalised_source_keeps_code_strings():
         normalised_source("if x:\n    y = 1\nelse:\n    y = 2")
 
 
+PINNED_SNIPPET = '''
+"""Doc."""
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class C:
+    """Doc."""
+    n: int = 3  # comment
+    xs: tuple = (1, 2.5, "a", b"b", None, True, ...)
+
+    async def f(self, *a, k=1, **kw):
+        async with a as b:
+            return [i ** 2 for i in range(self.n) if i % 2] or {k: v for k, v in kw.items()}
+
+
+def g(x, /, y=lambda z: z, *, w=None) -> str:
+    global G
+    try:
+        match x:
+            case [1, *rest]:
+                pass
+            case {"a": 1} | C(n=2):
+                pass
+    except* ValueError:
+        pass
+    finally:
+        del G
+    return f"{x!r:>10} {y=} {{lit}} {math.pi:.{w}f}" + 'x' 'y'
+'''
+
+
+def test_normalised_source_is_the_same_on_every_python():
+    """A hash pinned from Python 3.11, 3.12 and 3.13 (all three gave this value): if a
+    Python version parses differently, every committed manifest would look stale there."""
+    digest = hashlib.sha256(normalised_source(PINNED_SNIPPET).encode()).hexdigest()
+    assert digest == "fa7bb21d9a8d1d9271efdca19bb5f5498b34a4608134530f7e3c598cb09a3a0b", (
+        f"source_hash normalises code differently on Python {sys.version.split()[0]}; "
+        f"fix minirepro.core.sourcehash._dump before re-making the artifacts")
+
+
 def test_source_hash_of_the_real_package_is_stable():
     """The LM cache key and the artifact manifests use it on the package's own modules."""
     from minirepro.core import sourcehash
@@ -393,7 +443,14 @@ def test_cli_list_build_verify(demo, root, capsys):
     assert main(["artifacts", "list"]) == 0
     out = capsys.readouterr().out
     assert "MB  built" in out and "mean 0.5" in out and "of 40 MB" in out
+    assert main(["artifacts", "build", NAME]) == 0 and len(demo.CALLS) == 1
+    assert f"{NAME} is up to date" in capsys.readouterr().out
     assert main(["artifacts", "build", NAME, "--force"]) == 0 and len(demo.CALLS) == 2
+    (root / ".demo-tiny.building-x1").mkdir()  # what a killed build leaves behind
+    assert main(["artifacts", "verify"]) == 1
+    assert "building-x1 is not made by any recipe" in capsys.readouterr().err
+    assert main(["artifacts", "verify", NAME]) == 0  # one artifact: only its own checks
+    (root / ".demo-tiny.building-x1").rmdir()
     capsys.readouterr()
     (root / NAME / "info.json").write_text('{"n": 17}')
     assert main(["artifacts", "verify"]) == 1
@@ -456,10 +513,7 @@ def test_every_recipe_module_registers_a_recipe():
 
 
 def test_every_committed_folder_has_a_recipe(repo_artifacts):
-    entries = sorted(p.name for p in repo_artifacts.iterdir()) if repo_artifacts.is_dir() else []
-    orphans = [e for e in entries if e not in REAL]
-    assert orphans == [], (f"artifacts/ holds entries no recipe makes: {orphans} (register the "
-                           f"recipe's module in artifacts.RECIPE_MODULES, or delete them)")
+    assert artifacts.orphans(repo_artifacts) == []
 
 
 def test_committed_artifacts_fit_the_budget(repo_artifacts):

@@ -9,7 +9,8 @@ function docstrings, and attribute docstrings) is dropped, and the tree is writt
 by a small serializer of our own rather than :func:`ast.dump`, whose output changed in
 Python 3.13 (empty fields left out). Ours always leaves out ``None`` and empty-list
 fields, so fields that newer Pythons add with empty defaults (``type_params`` in 3.12)
-do not change the hash of code that does not use them.
+do not change the hash of code that does not use them. Every file of this repository
+normalises to the same text under Python 3.11, 3.12 and 3.13 (a unit test pins one hash).
 """
 
 from __future__ import annotations

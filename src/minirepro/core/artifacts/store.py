@@ -34,6 +34,7 @@ from minirepro.core.artifacts.recipes import (
     BuildResult,
     Recipe,
     get,
+    registry,
 )
 
 
@@ -130,9 +131,9 @@ def _build_into(rec: Recipe, dest: Path) -> Path:
         start = time.perf_counter()
         result = rec.fn(rec.config, tmp)
         seconds = time.perf_counter() - start
-        if not isinstance(result, BuildResult):
-            raise ArtifactError(f"recipe {rec.name!r} returned {type(result).__name__}, "
-                                f"not artifacts.BuildResult")
+        if not isinstance(result, BuildResult) or not isinstance(result.data_hash, str):
+            raise ArtifactError(f"recipe {rec.name!r} returned {result!r}, not an "
+                                f"artifacts.BuildResult(quality={{...}}, data_hash='...')")
         names = list_files(tmp)
         if MANIFEST in names:
             raise ArtifactError(f"recipe {rec.name!r} wrote {MANIFEST} itself; it is ours")
@@ -158,10 +159,16 @@ def _build_into(rec: Recipe, dest: Path) -> Path:
             "machine": _machine(),
         }
         (tmp / MANIFEST).write_text(json.dumps(man, indent=2) + "\n", encoding="utf-8")
+        os.chmod(tmp, 0o755)  # mkdtemp made it private
         old = dest.parent / f".{dest.name}.old-{uuid.uuid4().hex[:8]}"
         if dest.exists():
             os.rename(dest, old)
-        os.rename(tmp, dest)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if old.exists() and not dest.exists():
+                os.rename(old, dest)  # put the previous copy back
+            raise
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -216,3 +223,12 @@ def load(name: str, root: str | Path | None = None) -> Path:
                             f"{left[0]}")
     return cached
 
+
+
+def orphans(root: str | Path | None = None) -> list[str]:
+    """Entries of the artifacts folder that no registered recipe makes (e.g. a leftover
+    ``.NAME.building-*`` folder of a killed build), each with what to do."""
+    folder, known = resolve_root(root), registry()
+    entries = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    return [f"{folder / e} is not made by any recipe; delete it, or list the module that "
+            f"registers its recipe in artifacts.RECIPE_MODULES" for e in entries if e not in known]
