@@ -50,7 +50,8 @@ def update(name: str, root: Path | None = None, scale: str = "book") -> Path:
              "scale": scale, "notebook_sha": notebook_sha(chapter),
              "commit": _git_commit(root), "date": _dt.date.today().isoformat(),
              "seconds": run.results["seconds"], "params": run.results["params"],
-             "metrics": run.results["metrics"], "claims": run.results["claims"]}
+             "seeds": run.results.get("seeds", {}), "metrics": run.results["metrics"],
+             "claims": run.results["claims"]}
     path = claims_path(chapter, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(entry, indent=2, default=str) + "\n", encoding="utf-8")

@@ -108,9 +108,10 @@ class _State:
     metrics: dict[str, Any] = field(default_factory=dict)
     tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
     claims: dict[str, Claim] = field(default_factory=dict)
+    seeds: dict[str, list[int]] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        return {"metrics": self.metrics, "tolerances": self.tolerances,
+        return {"metrics": self.metrics, "tolerances": self.tolerances, "seeds": self.seeds,
                 "claims": [c.as_json() for c in self.claims.values()]}
 
     def save(self) -> None:
@@ -166,6 +167,31 @@ def reset() -> None:
     _STATE.metrics.clear()
     _STATE.tolerances.clear()
     _STATE.claims.clear()
+    _STATE.seeds.clear()
+
+
+def declare_seeds(reported: Any, tuning: Any = ()) -> None:
+    """State the seeds whose results the chapter reports and those it tuned on.
+
+    The two must be disjoint: a verdict is never settled on a seed that chose a knob.
+    The ledger records both, and a test checks every chapter's entry.
+
+    Raises:
+        ValueError: no reported seed, a negative or repeated seed, or a seed in both sets.
+    """
+    rep = [int(s) for s in reported]
+    tun = [int(s) for s in tuning]
+    if not rep:
+        raise ValueError("declare_seeds needs at least one reported seed")
+    for label, seq in (("reported", rep), ("tuning", tun)):
+        if any(s < 0 for s in seq) or len(set(seq)) != len(seq):
+            raise ValueError(f"{label} seeds must be distinct non-negative integers, got {seq}")
+    both = sorted(set(rep) & set(tun))
+    if both:
+        raise ValueError(f"seeds {both} are both tuning and reported seeds: report on seeds "
+                         "disjoint from those a knob was chosen on")
+    _STATE.seeds = {"reported": rep, "tuning": tun}
+    _STATE.save()
 
 
 def record_metric(name: str, value: float | int | str | bool, *, rtol: float | None = None,

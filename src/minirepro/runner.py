@@ -166,7 +166,7 @@ def run_chapter(name: str, params: dict[str, Any] | None = None, scale: str | No
     recorded = json.loads(kernel_results.read_text()) if kernel_results.exists() else {}
     results = {"chapter": chapter.name, "params": full_params,
                "metrics": recorded.get("metrics", {}), "tolerances": recorded.get("tolerances", {}),
-               "claims": recorded.get("claims", []),
+               "seeds": recorded.get("seeds", {}), "claims": recorded.get("claims", []),
                "seconds": round(seconds, 2), "run_id": run_id}
     (stage / "params.json").write_text(json.dumps(full_params, indent=2, default=str) + "\n")
     (stage / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")

@@ -137,3 +137,17 @@ def test_metric_tolerances_are_recorded(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="rtol"):
         results.record_metric("bad", 1.0, rtol=-1)
     results.reset()
+
+
+def test_declare_seeds_refuses_overlap(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINIREPRO_RESULTS", str(tmp_path / "r.json"))
+    results.reset()
+    results.declare_seeds(range(5), tuning=[100])
+    import json
+    assert json.loads((tmp_path / "r.json").read_text())["seeds"] == {"reported": [0, 1, 2, 3, 4],
+                                                                     "tuning": [100]}
+    with pytest.raises(ValueError, match="both tuning and reported"):
+        results.declare_seeds([0, 1], tuning=[1])
+    with pytest.raises(ValueError, match="at least one"):
+        results.declare_seeds([])
+    results.reset()
