@@ -4,7 +4,7 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help install book test unit goldens-check smoke goldens ledger lint lock clean
+.PHONY: help install book test unit goldens-check goldens-portable smoke goldens ledger lint lock clean
 
 PYTHON ?= python3
 VENV := .venv
@@ -14,7 +14,7 @@ export TQDM_DISABLE := 1
 export PYTHONHASHSEED := 0
 
 help:
-	@echo "make test     unit tests, the nbval goldens and a smoke-scale book build (what CI runs)"
+	@echo "make test     unit tests, the goldens (native, then a second kernel set), a smoke book build (CI)"
 	@echo "make book     build the whole book at book scale and print where index.html is"
 	@echo "make smoke    build the book at smoke scale (warnings are errors)"
 	@echo "make goldens  re-make the smoke goldens (after changing a chapter)"
@@ -40,11 +40,22 @@ smoke: install
 unit: install
 	$(BIN)/python -m pytest tests/unit -q -n 2
 
-goldens-check: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --nbval-lax tests/goldens \
-	    --nbval-sanitize-with tests/goldens/sanitize.cfg --nbval-cell-timeout 300 --nbval-current-env -p no:cacheprovider
+NBVAL := -q -n 2 --dist loadfile --nbval-lax --nbval-sanitize-with tests/goldens/sanitize.cfg \
+	--nbval-cell-timeout 300 --nbval-current-env -p no:cacheprovider
 
-test: unit goldens-check smoke
+goldens-check: install
+	$(BIN)/python -m pytest $(NBVAL) tests/goldens
+
+# The goldens again under a second kernel set (torch's portable kernels, MKL's
+# reproducible mode) with an empty model cache: a golden that only one processor
+# reproduces fails here, on any machine, before it can land.
+goldens-portable: install
+	@cache=$$(mktemp -d); trap 'rm -rf "$$cache"' EXIT; \
+	echo "goldens under ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE, empty MINIREPRO_CACHE"; \
+	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE MINIREPRO_CACHE=$$cache \
+	    $(BIN)/python -m pytest $(NBVAL) tests/goldens
+
+test: unit goldens-check goldens-portable smoke
 	@echo "make test: all checks passed"
 
 goldens: install
