@@ -65,6 +65,8 @@ def build_demo(config, out):
     CALLS.append(out)
     save_file(helper.make_weights(config.n, config.seed), str(out / "weights.safetensors"))
     (out / "info.json").write_text(json.dumps({"n": config.n}))
+    (out / "tok").mkdir()
+    (out / "tok" / "vocab.txt").write_text("a\\nb\\n")
     return artifacts.BuildResult(quality={"mean": 0.5}, data_hash="no-data")
 '''
 
@@ -116,12 +118,13 @@ def test_build_writes_manifest_and_load_verifies(demo, root):
         assert key in man, key
     assert man["config"] == {"n": 16, "seed": 0} and man["command"] == COMMAND
     assert man["quality"] == {"mean": 0.5} and man["data_hash"] == "no-data"
-    assert set(man["files"]) == {"weights.safetensors", "info.json"}
+    assert set(man["files"]) == {"weights.safetensors", "info.json", "tok/vocab.txt"}
     assert man["files"]["info.json"]["bytes"] == len('{"n": 16}')
     assert {"python", "torch", "transformers", "tokenizers", "safetensors",
             "numpy"} <= set(man["versions"])
     assert man["recipe_source_hash"] == source_hash(["demo_artifact_recipe",
                                                      "demo_artifact_helper"])
+    assert man["source_modules"] == ["demo_artifact_recipe", "demo_artifact_helper"]
     assert artifacts.verify(NAME) == []
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -188,7 +191,8 @@ def test_missing_file_or_folder_is_rebuilt(demo, root, tmp_path, what):
     assert (path / "weights.safetensors").is_file() and artifacts.file_problems(path) == []
 
 
-@pytest.mark.parametrize("extra", ["model.pt", "weights.pkl", "disguised.json"])
+@pytest.mark.parametrize("extra", ["model.pt", "weights.pkl", "disguised.json",
+                                   "tok/nested.bin"])
 def test_a_pickle_in_an_artifact_folder_is_refused(demo, root, tmp_path, extra):
     artifacts.build(NAME)
     torch.save({"w": torch.ones(2)}, root / NAME / extra)  # torch.save: a zip of pickles
@@ -237,12 +241,12 @@ def test_a_recipe_that_writes_a_pickle_or_fails_leaves_nothing(demo, root):
         assert not root.exists() or list(root.iterdir()) == []
         # a failed forced re-make leaves the good copy in place (atomic rename)
         artifacts.build(NAME)
-        before = {p.name: p.read_bytes() for p in (root / NAME).iterdir()}
+        before = {p: p.read_bytes() for p in (root / NAME).rglob("*") if p.is_file()}
         demo.CONFIG.n = "not a number"
         with pytest.raises(TypeError):
             artifacts.build(NAME, force=True)
         demo.CONFIG.n = 16
-        assert {p.name: p.read_bytes() for p in (root / NAME).iterdir()} == before
+        assert {p: p.read_bytes() for p in (root / NAME).rglob("*") if p.is_file()} == before
         assert sorted(p.name for p in root.iterdir()) == [NAME]
         assert artifacts.verify(NAME) == []
     finally:
@@ -426,7 +430,19 @@ def test_registration_rejects_bad_recipes(demo):
         artifacts.recipe("demo-badconfig", config=[1, 2])(lambda config, out: None)
     with pytest.raises(artifacts.ArtifactError, match=f"unknown artifact 'nope'; artifacts: .*{NAME}"):
         artifacts.get("nope")
-    assert artifacts.registry()[NAME].module == "demo_artifact_recipe"
+    rec = artifacts.registry()[NAME]
+    assert rec.module == rec.registered_by == "demo_artifact_recipe"
+    # a function defined in one module and registered by another: both are hashed
+    helper = sys.modules["demo_artifact_helper"]
+    try:
+        other = artifacts.recipe("demo-elsewhere")(helper.make_weights)
+        assert other is helper.make_weights
+        rec = artifacts.get("demo-elsewhere")
+        assert (rec.module, rec.registered_by) == ("demo_artifact_helper", __name__)
+        assert [getattr(m, "__name__", m) for m in rec.source_modules()] == [
+            "demo_artifact_helper", __name__]
+    finally:
+        artifacts.unregister("demo-elsewhere")
 
 
 # ------------------------------------------------------------------ the command
@@ -505,11 +521,11 @@ def test_committed_artifact_matches_its_recipe(name, repo_artifacts):
 
 def test_every_recipe_module_registers_a_recipe():
     """Keeps the test above from passing vacuously: each listed module has recipes."""
-    modules = {rec.module for rec in artifacts.registry().values()}
+    modules = {rec.registered_by for rec in artifacts.registry().values()}
     for module in artifacts.RECIPE_MODULES:
         assert module in modules, f"{module} is in RECIPE_MODULES but registers no recipe"
     assert set(REAL) >= {n for n, r in artifacts.registry().items()
-                         if r.module in artifacts.RECIPE_MODULES}
+                         if r.registered_by in artifacts.RECIPE_MODULES}
 
 
 def test_every_committed_folder_has_a_recipe(repo_artifacts):

@@ -68,24 +68,27 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def format_problem(path: Path) -> str | None:
-    """Why ``path`` may not be in an artifact (pickle, unknown format), or ``None``."""
+def format_problem(path: Path, label: str | None = None) -> str | None:
+    """Why ``path`` may not be in an artifact (pickle, unknown format), or ``None``.
+
+    ``label`` names the file in the message (default: its name)."""
+    label = label or path.name
     if path.suffix not in ALLOWED_SUFFIXES:
-        return (f"{path.name} is not allowed (only {', '.join(ALLOWED_SUFFIXES)}; "
+        return (f"{label} is not allowed (only {', '.join(ALLOWED_SUFFIXES)}; "
                 f"never pickle)")
     with open(path, "rb") as fh:
         head = fh.read(8)
         if path.suffix == ".safetensors":  # 8-byte little-endian header size, then JSON
             size = int.from_bytes(head, "little") if len(head) == 8 else -1
             if not 2 <= size <= path.stat().st_size - 8:
-                return f"{path.name} is not a safetensors file"
+                return f"{label} is not a safetensors file"
             try:
                 json.loads(fh.read(size))
             except ValueError:
-                return f"{path.name} is not a safetensors file (bad header)"
+                return f"{label} is not a safetensors file (bad header)"
             return None
     if head[:1] == b"\x80" or head[:4] == b"PK\x03\x04":
-        return f"{path.name} looks like a pickle or a torch.save archive; never pickle"
+        return f"{label} looks like a pickle or a torch.save archive; never pickle"
     return None
 
 
@@ -110,7 +113,7 @@ def file_problems(folder: Path) -> list[str]:
             problems.append(f"the manifest lists a path outside the folder: {rel}")
         elif not path.is_file():
             problems.append(f"{rel} is missing")
-        elif (bad := format_problem(path)) is not None:
+        elif (bad := format_problem(path, rel)) is not None:
             problems.append(bad)
         elif path.stat().st_size != entry.get("bytes"):
             problems.append(f"{rel} is corrupt ({path.stat().st_size} bytes, "
@@ -119,10 +122,9 @@ def file_problems(folder: Path) -> list[str]:
             problems.append(f"{rel} is corrupt (its sha256 does not match the manifest)")
     for rel in list_files(folder):
         if rel != MANIFEST and rel not in listed:
-            bad = format_problem(folder / rel)
+            bad = format_problem(folder / rel, rel)
             problems.append(bad if bad else f"{rel} is not listed in the manifest")
     return problems
-
 
 
 def total_bytes(root: str | Path | None = None) -> int:

@@ -46,10 +46,11 @@ class Recipe:
     config: object
     sources: tuple[str | ModuleType, ...]
     description: str
+    registered_by: str = ""  # the module that called artifacts.recipe(...)
 
     @property
     def module(self) -> str:
-        """The module that defines (and registers) the recipe."""
+        """The module that defines the recipe function."""
         return self.fn.__module__
 
     @property
@@ -72,9 +73,9 @@ class Recipe:
         return json.loads(json.dumps(raw, sort_keys=True, default=str))
 
     def source_modules(self) -> list[str | ModuleType]:
-        """The recipe's own module and its ``sources``."""
-        own = sys.modules.get(self.module, self.module)
-        return [own, *self.sources]
+        """The recipe function's module, the module that registered it, and ``sources``."""
+        own = [m for m in dict.fromkeys((self.module, self.registered_by)) if m]
+        return [sys.modules.get(m, m) for m in own] + list(self.sources)
 
     def source_hash(self) -> str:
         """:func:`source_hash` of :meth:`source_modules`."""
@@ -100,6 +101,7 @@ def recipe(name: str, *, config: object = None,
     if not isinstance(name, str) or not _NAME.match(name):
         raise ArtifactError(f"artifact name {name!r} must be lowercase words joined by '-'")
     sources = (sources,) if isinstance(sources, (str, ModuleType)) else tuple(sources)
+    caller = sys._getframe(1).f_globals.get("__name__", "")
 
     def register(fn: Callable[..., BuildResult]) -> Callable[..., BuildResult]:
         old = _REGISTRY.get(name)
@@ -107,7 +109,7 @@ def recipe(name: str, *, config: object = None,
                                                                       fn.__qualname__):
             raise ArtifactError(f"artifact {name!r} is already registered by "
                                 f"{old.module}.{old.fn.__qualname__}")
-        rec = Recipe(name, fn, config, sources, description)
+        rec = Recipe(name, fn, config, sources, description, caller)
         rec.config_dict()  # fail at registration on a config that cannot be recorded
         _REGISTRY[name] = rec
         return fn

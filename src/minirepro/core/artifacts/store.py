@@ -137,7 +137,7 @@ def _build_into(rec: Recipe, dest: Path) -> Path:
         names = list_files(tmp)
         if MANIFEST in names:
             raise ArtifactError(f"recipe {rec.name!r} wrote {MANIFEST} itself; it is ours")
-        bad = [p for p in (format_problem(tmp / n) for n in names) if p]
+        bad = [p for p in (format_problem(tmp / n, n) for n in names) if p]
         if bad or not names:
             raise ArtifactError(f"recipe {rec.name!r}: " + ("; ".join(bad) or "wrote no files"))
         man = {
@@ -147,7 +147,8 @@ def _build_into(rec: Recipe, dest: Path) -> Path:
             "command": rec.command,
             "config": config,
             "recipe_module": rec.module,
-            "sources": [m if isinstance(m, str) else m.__name__ for m in rec.sources],
+            "source_modules": [m if isinstance(m, str) else m.__name__
+                               for m in rec.source_modules()],
             "recipe_source_hash": code_hash,
             "data_hash": result.data_hash,
             "files": {n: {"sha256": sha256_file(tmp / n), "bytes": (tmp / n).stat().st_size}
