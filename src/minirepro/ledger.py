@@ -74,19 +74,27 @@ def load(root: Path | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def rows(root: Path | None = None) -> list[dict[str, Any]]:
-    """One row per claim of every chapter: chapter, id, statement, paper, measured, verdict, rule."""
+def rows(root: Path | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+    """One row per claim of every chapter: chapter, id, kind, statement, paper, measured,
+    verdict, rule, flag. ``kind`` keeps only ``"paper"`` claims or ``"check"``s of the miniature."""
     table = []
     for entry in load(root):
         for c in entry["claims"]:
-            table.append({"chapter": entry["chapter"], "id": c["id"], "statement": c["statement"],
-                          "paper": c["paper_value"], "measured": c.get("measured"),
-                          "verdict": c.get("verdict"), "rule": c["rule"]})
+            k = c.get("kind", "paper")
+            if kind is not None and k != kind:
+                continue
+            table.append({"chapter": entry["chapter"], "id": c["id"], "kind": k,
+                          "statement": c["statement"], "paper": c["paper_value"],
+                          "measured": c.get("measured"), "verdict": c.get("verdict"),
+                          "rule": c["rule"], "flag": c.get("flag")})
     return table
 
 
 def _cell(text: Any) -> str:
     return str(text if text is not None else "(pending)").replace("|", "\\|").replace("\n", " ")
+
+
+COLUMNS = ["chapter", "id", "kind", "statement", "paper", "measured", "verdict", "rule", "flag"]
 
 
 def markdown(root: Path | None = None, fmt: str = "md") -> str:
@@ -97,51 +105,66 @@ def markdown(root: Path | None = None, fmt: str = "md") -> str:
     if fmt == "csv":
         import pandas as pd
 
-        return pd.DataFrame(data, columns=["chapter", "id", "statement", "paper", "measured",
-                                           "verdict", "rule"]).to_csv(index=False)
+        return pd.DataFrame(data, columns=COLUMNS).to_csv(index=False)
     if fmt != "md":
         raise ValueError(f"unknown format {fmt!r}; expected one of md, csv, json")
-    lines = ["| chapter | claim | the paper | measured here | verdict |", "|---|---|---|---|---|"]
+    lines = ["| chapter | claim | kind | the paper | measured here | verdict |", "|---|---|---|---|---|---|"]
     for r in data:
-        lines.append(f"| {r['chapter']} | {_cell(r['statement'])} | {_cell(r['paper'])} | "
+        lines.append(f"| {r['chapter']} | {_cell(r['statement'])} | {r['kind']} | {_cell(r['paper'])} | "
                      f"{_cell(r['measured'])} | **{_cell(r['verdict'])}** |")
     return "\n".join(lines)
 
 
+def _counts(claims: list[dict[str, Any]]) -> dict[str, int]:
+    return {v: sum(1 for c in claims if c.get("verdict") == v) for v in VERDICTS}
+
+
 def page_markdown(root: Path | None = None) -> str:
-    """The ledger page's body: a summary line per chapter, then one table per chapter."""
+    """The ledger page's body: verdict counts per chapter (the paper's claims apart from the
+    book's checks of the miniature), then one section per chapter with both tables."""
     root = (root or repo_root()).resolve()
     entries = load(root)
     listed = yaml.safe_load((root / "book" / "papers.yml").read_text(encoding="utf-8"))
     short = {int(p["number"]): f"{p['name']} (paper {p['number']})" for p in listed}
-    out = ["| chapter | claims | reproduced | partly | not reproduced | not testable |",
-           "|---|---|---|---|---|---|"]
+    out = ["| chapter | paper's claims | reproduced | partly | not reproduced | not testable | checks (passed) |",
+           "|---|---|---|---|---|---|---|"]
     for e in entries:
-        counts = {v: sum(1 for c in e["claims"] if c.get("verdict") == v) for v in VERDICTS}
+        paper = [c for c in e["claims"] if c.get("kind", "paper") == "paper"]
+        checks = [c for c in e["claims"] if c.get("kind", "paper") == "check"]
+        counts = _counts(paper)
         name = short.get(int(e["slug"][:2]), e["title"]) if e["slug"][:2].isdigit() else e["title"]
-        out.append(f"| {name} | {len(e['claims'])} | "
-                   + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
+        passed = sum(1 for c in checks if c.get("verdict") == VERDICTS[0])
+        out.append(f"| {name} | {len(paper)} | " + " | ".join(str(counts[v]) for v in VERDICTS)
+                   + f" | {len(checks)} ({passed}) |")
     for e in entries:
         out.append("")
         if e.get("missing"):
             out.append(f"**{_cell(e['title'])}**: no ledger entry yet.")
             continue
         stale = "" if e.get("current") else " (the chapter changed since: re-run `minirepro claims --update`)"
+        seeds = e.get("seeds") or {}
+        seed_text = (f" Reported seeds {seeds.get('reported')}; tuning seeds {seeds.get('tuning') or 'none'}."
+                     if seeds else "")
         out.append(f"**{_cell(e['title'])}**: measured at {e.get('scale', 'book')} scale in "
-                   f"{e.get('seconds', 0):.0f} s, {e.get('date', '')}, commit {e.get('commit', '?')}{stale}.")
-        out.append("")
-        out.append("| claim | the paper | measured here | verdict |")
-        out.append("|---|---|---|---|")
-        for c in e["claims"]:
-            out.append(f"| {_cell(c['statement'])} | {_cell(c['paper_value'])} | "
-                       f"{_cell(c.get('measured'))} | **{_cell(c.get('verdict'))}** |")
+                   f"{e.get('seconds', 0):.0f} s, {e.get('date', '')}, commit {e.get('commit', '?')}{stale}."
+                   + seed_text)
+        for kind, heading in (("paper", "The paper's claims"), ("check", "Checks of the miniature")):
+            claims = [c for c in e["claims"] if c.get("kind", "paper") == kind]
+            if not claims:
+                continue
+            out += ["", f"*{heading}*", "", "| claim | the paper | measured here | verdict |",
+                    "|---|---|---|---|"]
+            for c in claims:
+                flag = f" (flagged: {_cell(c['flag'])})" if c.get("flag") else ""
+                out.append(f"| {_cell(c['statement'])} | {_cell(c['paper_value'])} | "
+                           f"{_cell(c.get('measured'))} | **{_cell(c.get('verdict'))}**{flag} |")
     return "\n".join(out)
 
 
-def verdict_counts(root: Path | None = None) -> dict[str, int]:
-    """How many claims have each verdict."""
+def verdict_counts(root: Path | None = None, kind: str | None = "paper") -> dict[str, int]:
+    """How many claims have each verdict (the paper's claims by default; ``kind=None``: all)."""
     counts = {v: 0 for v in VERDICTS}
-    for r in rows(root):
+    for r in rows(root, kind=kind):
         if r["verdict"] in counts:
             counts[r["verdict"]] += 1
     return counts

@@ -75,3 +75,25 @@ def test_ledger_page_groups_claims_by_chapter():
         assert entry["title"] in text
         for c in entry["claims"]:
             assert f"**{c['verdict']}**" in text
+
+
+def test_ledger_page_keeps_checks_of_the_miniature_apart(toy_book):
+    _book_files(toy_book)
+    ch = get("toy")
+    claims = [{"id": "p", "kind": "paper", "statement": "paper claim", "paper_value": "1",
+               "measured": "2", "verdict": "reproduced", "rule": "r"},
+              {"id": "k", "kind": "check", "statement": "cost check", "paper_value": "-",
+               "measured": "3", "verdict": "reproduced", "rule": "r", "flag": None},
+              {"id": "f", "kind": "paper", "statement": "flagged claim", "paper_value": "-",
+               "measured": "4", "verdict": "not testable at this scale", "rule": "r",
+               "flag": "1 seed(s): cannot give 'reproduced'"}]
+    entry = {"chapter": "toy", "slug": "01-toy", "title": "Toy", "scale": "book",
+             "notebook_sha": ledger.notebook_sha(ch), "seeds": {"reported": [0, 1], "tuning": [9]},
+             "claims": claims}
+    ledger.claims_path(ch, toy_book).write_text(json.dumps(entry))
+    assert ledger.verdict_counts()["reproduced"] == 1  # the check is not counted as the paper's
+    assert ledger.verdict_counts(kind="check")["reproduced"] == 1
+    page = ledger.page_markdown()
+    assert page.index("*The paper's claims*") < page.index("*Checks of the miniature*")
+    assert "| 2 | 1 | 0 | 0 | 1 | 1 (1) |" in page
+    assert "flagged: 1 seed(s)" in page and "tuning seeds [9]" in page
