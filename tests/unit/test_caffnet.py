@@ -323,16 +323,33 @@ def test_ensemble_members_train_as_if_alone():
                           C.predict(alone, sc, x, "CAffNet", 1), atol=1e-10)
 
 
-def test_claim_rules_on_known_tables():
+def test_per_seed_and_summary_on_known_tables():
     import pandas as pd
 
-    t = pd.DataFrame({"scenario": "s", "seed": [0, 1, 2, 0, 1, 2],
-                      "method": ["a"] * 3 + ["b"] * 3, "error": [1.0, 1.1, 0.9, 2.0, 2.1, 1.9]})
-    d = C.paired_difference(t, "s", "a", "b")
-    assert d["mean"] == pytest.approx(-1.0) and d["at_or_below"] == 3
-    assert C.better_beyond_noise(d) and not C.worse_beyond_noise(d)
-    one = C.paired_difference(t[t.seed == 0], "s", "a", "b")
-    assert not C.better_beyond_noise(one)  # one seed can never show superiority
+    t = pd.DataFrame({"scenario": "s", "seed": [2, 0, 1, 0, 1, 2],
+                      "method": ["a"] * 3 + ["b"] * 3, "error": [0.9, 1.0, 1.1, 2.0, 2.1, 1.9],
+                      "max_violation": 0.0, "violating_fraction": 0.0})
+    w = C.per_seed(t, "s")
+    assert list(w.index) == [0, 1, 2] and list(w["a"]) == [1.0, 1.1, 0.9]
+    s = C.summarise(t)
+    row = s[s.method == "a"].iloc[0]
+    assert row["scenario"] == "s" and row["error mean"] == pytest.approx(1.0) and row["n"] == 3
+    assert row["error lo"] < 1.0 < row["error hi"]
+    with pytest.raises(ValueError, match="no rows"):
+        C.per_seed(t, "nope")
+
+
+def test_start_errors_are_the_untrained_members():
+    """The start point is what every member computes before its first step."""
+    cfg = C.Config.preset("smoke", pwc_train=20, pwc_test=30, hidden=(8,))
+    sc = C.PiecewiseScenario()
+    data = C.build_data(sc, cfg, 0)
+    start = C.start_errors(sc, data, [3, 4], (8,))
+    net = C.EnsembleMLP([4], sc.x_dim, sc.n, (8,))
+    y = C.output_layer("fixed projection", net(data.x_test.expand(1, *data.x_test.shape))[0],
+                       data.cons_test)
+    assert start.shape == (2,)
+    assert start[1] == pytest.approx(sc.error(y, data.x_test, data.t_test).mean().item(), rel=1e-12)
 
 
 def test_candidate_paths_agree_and_faces_can_be_reused():
@@ -351,18 +368,3 @@ def test_candidate_paths_agree_and_faces_can_be_reused():
     assert torch.allclose(y_all, C.caffine(f, w, A, b, faces=faces), atol=1e-12)
     with pytest.raises(ValueError, match="faces"):
         C.caffine(f[:2], w[:2], Ab[:2], b[:2], faces=fb)
-
-
-def test_claim_helpers_follow_their_rules():
-    import pandas as pd
-
-    t = pd.DataFrame({"scenario": ["a", "a", "b", "b"], "seed": [0, 1, 0, 1],
-                      "method": ["m"] * 4, "error": [0.0] * 4,
-                      "max_violation": [0.0, 2e-6, 0.5, 1e-12],
-                      "violating_fraction": [0.0, 0.1, 0.3, 0.0]})
-    assert C.claim_violates(t, "m")[1] == "partly"
-    assert C.claim_violates(t.assign(max_violation=1.0), "m")[1] == "reproduced"
-    assert C.claim_violates(t.assign(max_violation=0.0), "m")[1] == "not reproduced"
-    assert C.claim_feasible(t.assign(max_violation=1e-10), "m")[1] == "reproduced"
-    assert C.claim_feasible(t, "m")[1] == "not reproduced"
-    assert C.fmt(3.14159e-9) == "0" and C.fmt(0.0123456) == "0.0123" and C.fmt(-2.5e-3, 2) == "-0.0025"

@@ -6,27 +6,22 @@
 * ``scenarios``: the 1-D piecewise target, the convex QP and the DC3 problem,
   with their reference solvers (cvxpy, IPOPT).
 * ``models``: the networks of every method, training and test metrics.
-* ``experiment``: the chapter's config, the runs over seeds, and the verdict rules.
+* ``experiment``: the chapter's config and the runs over seeds (the verdicts are
+  decided by the rule objects of ``minirepro.rules`` in the notebook).
 """
 
 from minirepro.papers.caffnet import plots  # noqa: E402
 from minirepro.papers.caffnet.experiment import (
-    DELTA,
     Config,
     ScenarioRun,
-    better_beyond_noise,
     build_data,
     build_scenario,
-    claim_feasible,
-    claim_lower_error,
-    claim_violates,
-    fmt,
     hardnet_control,
     inference_times,
-    paired_difference,
+    per_seed,
     run_scenario,
+    start_errors,
     summarise,
-    worse_beyond_noise,
 )
 from minirepro.papers.caffnet.layer import (
     TOL,
@@ -70,7 +65,6 @@ from minirepro.papers.caffnet.scenarios import (
 __all__ = [
     "Config",
     "Constraints",
-    "DELTA",
     "Data",
     "EnsembleMLP",
     "Faces",
@@ -82,19 +76,14 @@ __all__ = [
     "ScenarioRun",
     "TOL",
     "Trained",
-    "better_beyond_noise",
     "build_data",
     "build_scenario",
     "caffine",
     "candidates",
-    "claim_feasible",
-    "claim_lower_error",
-    "claim_violates",
     "compute_faces",
     "constraint_subsets",
     "equality_rows",
     "evaluate",
-    "fmt",
     "hardnet_aff",
     "hardnet_control",
     "inference_times",
@@ -103,7 +92,7 @@ __all__ = [
     "max_violation",
     "n_subsets",
     "output_layer",
-    "paired_difference",
+    "per_seed",
     "predict",
     "project_polytope",
     "pwc_bounds",
@@ -112,9 +101,9 @@ __all__ = [
     "select_nearest_feasible",
     "solve_ipopt",
     "solve_qp_cvxpy",
+    "start_errors",
     "summarise",
     "train_methods",
     "violation",
-    "worse_beyond_noise",
     "plots",
 ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -11,10 +10,12 @@ import pandas as pd
 import torch
 
 from minirepro.core import ScaledConfig, compare_times
+from minirepro.core.stats import seed_summary
 from minirepro.papers.caffnet.layer import hardnet_aff, max_violation
 from minirepro.papers.caffnet.models import (
     METHODS,
     Data,
+    EnsembleMLP,
     Trained,
     evaluate,
     make_data,
@@ -22,8 +23,6 @@ from minirepro.papers.caffnet.models import (
     train_methods,
 )
 from minirepro.papers.caffnet.scenarios import OptimisationScenario, PiecewiseScenario
-
-DELTA = 1e-6  # errors closer than this count as equal (solver precision; MSE or objective units)
 
 
 @dataclass
@@ -43,10 +42,11 @@ class Config(ScaledConfig):
     opt_test: int = 200
     opt_steps: int = 200
     batch_size: int = 64
+    n_seeds: int = 5
     scenarios: tuple[str, ...] = ("piecewise", "convex QP", "nonconvex (DC3)")
     PRESETS: ClassVar = {
         "smoke": {"pwc_steps": 100, "pwc_test": 100, "opt_train": 96, "opt_test": 32,
-                  "opt_steps": 30, "batch_size": 32, "hidden": (32, 32)},
+                  "opt_steps": 30, "batch_size": 32, "hidden": (32, 32), "n_seeds": 3},
         "book": {},
         "full": {"hidden": (200, 200, 200), "lr": 1e-3, "pwc_steps": 20000,
                  "opt_n": 5, "opt_ineq": 5, "opt_eq": 3, "opt_train": 1000, "opt_test": 1000,
@@ -79,6 +79,7 @@ class ScenarioRun:
     data: Data
     model: Trained
     table: pd.DataFrame
+    start: np.ndarray  # per-seed test error of the untrained fixed projection (the start point)
 
 
 def run_scenario(name: str, cfg: Config, seeds: list[int], methods=METHODS,
@@ -87,42 +88,46 @@ def run_scenario(name: str, cfg: Config, seeds: list[int], methods=METHODS,
 
     The problem instance and the data are fixed by ``data_seed``; the seeds vary the
     network initialisation and the minibatch order. ``table`` has one row per
-    (method, seed).
+    (method, seed); ``start`` holds each seed's error before training.
     """
     sc = build_scenario(name, cfg, data_seed)
     data = build_data(sc, cfg, data_seed)
     steps = cfg.pwc_steps if name == "piecewise" else cfg.opt_steps
     model = train_methods(sc, data, methods, seeds, hidden=tuple(cfg.hidden), steps=steps,
                           lr=cfg.lr, batch_size=cfg.batch_size, penalty=cfg.penalty)
-    return ScenarioRun(sc, data, model, pd.DataFrame(evaluate(model, sc, data)))
+    start = start_errors(sc, data, seeds, tuple(cfg.hidden))
+    return ScenarioRun(sc, data, model, pd.DataFrame(evaluate(model, sc, data)), start)
 
 
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean and standard deviation over seeds of each metric, per scenario and method."""
-    g = table.groupby(["scenario", "method"], sort=False)
-    out = g[["error", "max_violation", "violating_fraction"]].agg(["mean", "std"])
-    out.columns = [f"{a} {b}" for a, b in out.columns]
+    """Mean, standard deviation and 95% t interval over seeds of each metric, per scenario
+    and method (``minirepro.core.stats.seed_summary``)."""
+    out = seed_summary(table, ["scenario", "method"], ["error", "max_violation", "violating_fraction"])
+    out.index = pd.MultiIndex.from_tuples(out.index, names=["scenario", "method"])
     return out.reset_index()
 
 
-def paired_difference(table: pd.DataFrame, scenario: str, a: str, b: str) -> dict[str, float]:
-    """``error(a) - error(b)`` paired by seed: mean, standard error, count, and the
-    number of seeds where ``a`` is at or below ``b``."""
-    t = table[table.scenario == scenario].pivot(index="seed", columns="method", values="error")
-    d = (t[a] - t[b]).to_numpy()
-    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
-    return {"mean": float(d.mean()), "se": se, "n": len(d), "at_or_below": int((d <= 0).sum())}
+def per_seed(table: pd.DataFrame, scenario: str, column: str = "error") -> pd.DataFrame:
+    """``column`` of every method on one scenario, one row per seed (aligned for paired rules)."""
+    t = table[table.scenario == scenario]
+    if t.empty:
+        raise ValueError(f"no rows for scenario {scenario!r}")
+    return t.pivot(index="seed", columns="method", values=column).sort_index()
 
 
-def better_beyond_noise(diff: dict[str, float], delta: float = DELTA) -> bool:
-    """True when the mean paired difference is below ``-delta`` by more than 2 standard
-    errors (never for a single seed: one seed cannot show superiority)."""
-    return diff["n"] > 1 and diff["mean"] + 2 * diff["se"] < -delta
+def start_errors(scenario, data: Data, seeds: list[int], hidden: tuple[int, ...],
+                 method: str = "fixed projection") -> np.ndarray:
+    """Test error per seed of ``method`` with its *initial* weights (no training) [book's baseline].
 
-
-def worse_beyond_noise(diff: dict[str, float], delta: float = DELTA) -> bool:
-    """True when the mean paired difference is above ``delta`` by more than 2 standard errors."""
-    return diff["n"] > 1 and diff["mean"] - 2 * diff["se"] > delta
+    Every method of a seed starts from these weights, so this is the start point an
+    equivalence rule needs: a trained method that is not measurably away from it did
+    nothing. Returns one mean error per seed, in the order of ``seeds``.
+    """
+    sc = scenario
+    net = EnsembleMLP(list(seeds), sc.x_dim, sc.n, tuple(hidden))
+    model = Trained((method,), tuple(int(s) for s in seeds), net, None)
+    rows = pd.DataFrame(evaluate(model, sc, data)).set_index("seed").loc[list(seeds)]
+    return rows["error"].to_numpy(dtype=float)
 
 
 def hardnet_control(n: int, m: int, count: int, seed: int) -> float:
@@ -138,49 +143,6 @@ def hardnet_control(n: int, m: int, count: int, seed: int) -> float:
     y = hardnet_aff(f, A, bl, bu)
     A2 = torch.cat([A, -A], dim=1)
     return float(max_violation(y, A2, torch.cat([bu, -bl], dim=1)).max())
-
-
-def fmt(value: float, digits: int = 3, floor: float = DELTA) -> str:
-    """A number rounded to ``digits`` significant digits; ``|value| < floor`` prints as 0.
-
-    Checked cells print through this, so float noise below ``floor`` cannot flip them.
-    """
-    if not math.isfinite(value):
-        return str(value)
-    if abs(value) < floor:
-        return "0"
-    return f"{value:.{digits}g}"
-
-
-def claim_feasible(table: pd.DataFrame, method: str = "CAffNet", tol: float = 1e-9):
-    """Largest violation of ``method`` over every scenario, seed and test input, and
-    the verdict: reproduced when it is at most ``tol``."""
-    worst = float(table[table.method == method].max_violation.max())
-    return f"max violation {worst:.1e} (bound {tol:g})", ("reproduced" if worst <= tol
-                                                           else "not reproduced")
-
-
-def claim_violates(table: pd.DataFrame, method: str, eps: float = 1e-6):
-    """How many (scenario, seed) runs of ``method`` violate some row by more than ``eps``:
-    reproduced when all do, partly when some do, not reproduced when none do."""
-    t = table[table.method == method]
-    hit = int((t.max_violation > eps).sum())
-    frac = t.groupby("scenario", sort=False).violating_fraction.mean()
-    measured = f"{hit}/{len(t)} runs violate; " + ", ".join(
-        f"{k}: {100 * v:.0f}% of inputs" for k, v in frac.items())
-    return measured, ("reproduced" if hit == len(t) else "partly" if hit else "not reproduced")
-
-
-def claim_lower_error(table: pd.DataFrame, scenarios: list[str], a: str, b: str):
-    """Per scenario, the paired error difference ``a - b`` over seeds (mean +- SE) and
-    whether ``a`` is better or worse than ``b`` beyond noise (2 SE and DELTA)."""
-    out = {}
-    for sc in scenarios:
-        d = paired_difference(table, sc, a, b)
-        d["better"], d["worse"] = better_beyond_noise(d), worse_beyond_noise(d)
-        out[sc] = d
-    text = "; ".join(f"{sc}: {fmt(d['mean'])} +- {fmt(d['se'], 2)}" for sc, d in out.items())
-    return out, f"{a} - {b}: {text}"
 
 
 def inference_times(run: ScenarioRun, repeats: int = 3, seed: int = 0,
@@ -205,7 +167,5 @@ def inference_times(run: ScenarioRun, repeats: int = 3, seed: int = 0,
                          "time / CAffNet": {k: 1.0 / v for k, v in t.speedups.items()}})
 
 
-__all__ = ["DELTA", "Config", "ScenarioRun", "better_beyond_noise", "build_data",
-           "build_scenario", "claim_feasible", "claim_lower_error", "claim_violates", "fmt",
-           "hardnet_control", "inference_times", "paired_difference", "run_scenario", "summarise",
-           "worse_beyond_noise"]
+__all__ = ["Config", "ScenarioRun", "build_data", "build_scenario", "hardnet_control",
+           "inference_times", "per_seed", "run_scenario", "start_errors", "summarise"]
