@@ -295,3 +295,19 @@ def test_special_case_constructions_on_trained_like_weights(plain_rq):
     # and the constructions are not vacuous: the unconstrained models differ from RQ
     from minirepro.papers.rq_moe.special_cases import rq_decode
     assert (r.decode(codes) - rq_decode(r, codes)).abs().max().item() > 1e-2
+
+
+def test_per_seed_and_summary_on_a_known_table():
+    import pandas as pd
+
+    from minirepro.papers import rq_moe
+
+    df = pd.DataFrame({"dataset": "s", "seed": [1, 0, 1, 0], "method": ["RQ", "RQ", "QINCo", "QINCo"],
+                       "mse": [2.0, 4.0, 1.0, 3.0], "R@1": 0.5, "R@10": 0.9})
+    rel = rq_moe.per_seed(df, "s", relative_to="RQ")
+    assert list(rel.index) == [0, 1] and list(rel["QINCo"]) == [0.75, 0.5] and (rel["RQ"] == 1).all()
+    summ = rq_moe.summarise(df)
+    assert list(summ.index.get_level_values("method")) == ["QINCo", "RQ"]  # book order
+    assert summ.loc[("s", "QINCo"), "mse mean"] == 2.0 and summ.loc[("s", "QINCo"), "n"] == 2
+    with pytest.raises(ValueError, match="no rows"):
+        rq_moe.per_seed(df, "other")

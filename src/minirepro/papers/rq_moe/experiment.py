@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 
 from minirepro.core import ScaledConfig, progress, set_seed
+from minirepro.core.stats import seed_summary
 from minirepro.papers.rq_moe.baselines import BASELINES, FaissQuantizer
 from minirepro.papers.rq_moe.data import VectorSplits, load_vectors
 from minirepro.papers.rq_moe.evaluate import mse, recall_at, true_neighbours
@@ -51,7 +52,7 @@ class Config(ScaledConfig):
     lsq_encode_iters: int = 8
     timing_M: tuple[int, ...] = (2, 4, 8, 16)
     timing_repeats: int = 9
-    n_seeds: int = 3             # seeds of the headline comparison
+    n_seeds: int = 5             # seeds of the headline comparison
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         "smoke": {"n_train": 1000, "n_database": 500, "n_queries": 100, "steps": 10,
@@ -199,10 +200,28 @@ def decode_time_curve(cfg: Config, n_codes: int | None = None, seed: int = 0) ->
 
 
 def summarise(df: pd.DataFrame, metrics: tuple[str, ...] = ("mse", "R@1", "R@10")) -> pd.DataFrame:
-    """Mean and standard deviation over seeds per dataset and method, methods in book order."""
-    out = df.groupby(["dataset", "method"])[list(metrics)].agg(["mean", "std"])
+    """Mean, standard deviation and 95% t interval over seeds per dataset and method
+    (``minirepro.core.stats.seed_summary``), methods in book order."""
+    out = seed_summary(df, ["dataset", "method"], list(metrics))
+    out.index = pd.MultiIndex.from_tuples(out.index, names=["dataset", "method"])
     order = {m: i for i, m in enumerate(METHODS)}
     return out.sort_index(level=1, key=lambda s: s.map(order)).sort_index(level=0, sort_remaining=False)
+
+
+def per_seed(df: pd.DataFrame, dataset: str, column: str = "mse",
+             relative_to: str | None = None) -> pd.DataFrame:
+    """``column`` of every method on one dataset, one row per seed (aligned for paired rules).
+
+    With ``relative_to`` (e.g. ``"RQ"``) each row is divided by that method's value on the
+    same seed, so a seed's harder or easier data draw cancels out.
+    """
+    t = df[df.dataset == dataset]
+    if t.empty:
+        raise ValueError(f"no rows for dataset {dataset!r}")
+    wide = t.pivot(index="seed", columns="method", values=column).sort_index()
+    if relative_to is not None:
+        wide = wide.div(wide[relative_to], axis=0)
+    return wide
 
 
 def timing_models(cfg: Config, M: int, seed: int = 0) -> dict[str, RQMoE | QINCo]:
