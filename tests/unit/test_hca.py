@@ -342,3 +342,19 @@ def test_a_small_run_end_to_end_scores_every_method_on_the_test_moves():
         majority = acc[(acc.oracle == oracle) & (acc.method == "majority")].accuracy.item()
         assert majority == pytest.approx(counts.max() / counts.sum())
     assert run.p_matrix.shape == (6, 6, cfg.tau_max + 1)
+
+
+def test_per_seed_accuracy_pools_domains_by_moves_and_summary():
+    import pandas as pd
+
+    from minirepro.papers import hca
+
+    acc = pd.DataFrame({"domain": ["g", "h", "g", "h"], "seed": [0, 0, 1, 1], "oracle": "design",
+                        "method": "HCA", "accuracy": [1.0, 0.0, 0.5, 0.5], "n": [3, 1, 2, 2],
+                        "tau": 0.1})
+    ps = hca.per_seed_accuracy(acc, "design")
+    assert list(ps.index) == [0, 1] and ps["HCA"].tolist() == [0.75, 0.5]
+    s = hca.summarise(acc)
+    assert s.loc[0, "mean"] == 0.5 and s.loc[0, "runs"] == 4 and s.loc[0, "lo"] < 0.5 < s.loc[0, "hi"]
+    with pytest.raises(ValueError, match="oracle"):
+        hca.per_seed_accuracy(acc, "experts")

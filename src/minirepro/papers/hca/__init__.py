@@ -25,9 +25,11 @@ from minirepro.papers.hca.experiment import (
     ORACLES,
     Config,
     accuracy_table,
+    cost_ratios,
     costs,
     mean_accuracy,
     oracle_agreement,
+    per_seed_accuracy,
     run_domain,
     run_experiment,
     summarise,
@@ -41,8 +43,8 @@ from minirepro.papers.hca.ranking import Evidence, HCAParams, calibrate_tau, ran
 __all__ = [
     "METHODS", "NMPC", "ORACLES", "PLANTS", "Config", "Evidence", "HCAParams", "MPCInfeasibleError",
     "MPCProblem", "MPCSolution", "MoveContext", "accuracy_table", "building_hvac", "calibrate_tau",
-    "costs", "design_oracle", "get_plant", "greenhouse", "interventional_oracle", "kg_evidence",
+    "cost_ratios", "costs", "design_oracle", "get_plant", "greenhouse", "interventional_oracle", "kg_evidence",
     "kkt_evidence", "knowledge_graph", "lime_explain", "make_schedule", "mean_accuracy",
-    "oracle_agreement", "pcmci_evidence", "pcmci_pvalues", "rank_and_validate", "run_domain",
+    "oracle_agreement", "pcmci_evidence", "per_seed_accuracy", "pcmci_pvalues", "rank_and_validate", "run_domain",
     "run_experiment", "summarise",
 ]

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from minirepro.core import ScaledConfig, progress
+from minirepro.core.stats import seed_summary
 from minirepro.papers.hca.evidence import (
     MoveContext,
     kg_evidence,
@@ -49,7 +50,7 @@ class Config(ScaledConfig):
     lime_samples: int = 100  # LIME perturbations per explanation
     tau_max: int = 3  # PCMCI's largest lag
     distractor: float = 0.5  # size of the overlapping weaker event (0: one event at a time)
-    n_seeds: int = 3  # independent scenario sets (runs per domain)
+    n_seeds: int = 5  # independent scenario sets (runs per domain)
     n_jobs: int = 2  # runs in parallel processes (joblib); results do not depend on it
 
     def __post_init__(self) -> None:
@@ -241,11 +242,28 @@ def run_experiment(cfg: Config, seeds: list[int], params: HCAParams | None = Non
 
 
 def summarise(acc: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std (over runs = domain x seed) of each method's accuracy, per oracle."""
-    g = acc.groupby(["oracle", "method"])["accuracy"]
-    out = pd.DataFrame({"mean": g.mean(), "std": g.std(ddof=0), "runs": g.size()}).reset_index()
+    """Mean, std, 95% t interval (over runs = domain x seed) of each method's accuracy, per
+    oracle (``minirepro.core.stats.seed_summary``); columns ``mean, std, lo, hi, runs``."""
+    out = seed_summary(acc, ["oracle", "method"], "accuracy")
+    out.index = pd.MultiIndex.from_tuples(out.index, names=["oracle", "method"])
+    out = out.rename(columns=lambda c: c.replace("accuracy ", "")).rename(columns={"n": "runs"})
+    out = out.reset_index()
     out["method"] = pd.Categorical(out["method"], METHODS, ordered=True)
     return out.sort_values(["oracle", "method"]).reset_index(drop=True)
+
+
+def per_seed_accuracy(acc: pd.DataFrame, oracle: str) -> pd.DataFrame:
+    """Accuracy against ``oracle`` per scenario seed (rows) and method (columns), pooling the
+    test moves of every domain of that seed: the paired unit of the chapter's rules.
+
+    Each run's accuracy is weighted by its number of test moves, so a seed's value is the
+    fraction of all its test moves explained correctly.
+    """
+    if oracle not in ORACLES:
+        raise ValueError(f"unknown oracle {oracle!r}; expected one of {ORACLES}")
+    a = acc[acc["oracle"] == oracle].assign(correct=lambda d: d["accuracy"] * d["n"])
+    g = a.groupby(["seed", "method"])[["correct", "n"]].sum()
+    return (g["correct"] / g["n"]).unstack("method").sort_index()
 
 
 def mean_accuracy(acc: pd.DataFrame, method: str, oracle: str) -> float:
@@ -278,3 +296,15 @@ def oracle_agreement(runs: list[Run]) -> float:
     """Fraction of explained moves on which the two oracles name the same cause."""
     m = pd.concat([r.moves for r in runs])
     return float(np.mean(m["interventional"].to_numpy() == m["design"].to_numpy()))
+
+
+def cost_ratios(runs: list[Run]) -> np.ndarray:
+    """Per run, LIME's median time per explanation over HCA's (evidence, ranking and its share
+    of the run's PCMCI time), as in :func:`costs`; one value per run with LIME explanations."""
+    out = []
+    for r in runs:
+        m = r.moves
+        lime = m["lime_s"].dropna()
+        if len(m) and len(lime):
+            out.append(float(lime.median() / (m["hca_s"] + r.pcmci_seconds / len(m)).median()))
+    return np.array(out)
