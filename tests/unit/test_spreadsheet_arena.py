@@ -295,3 +295,49 @@ def test_experiment_config_and_seeding():
     assert E.seeded(3).random() == E.seeded(3).random()
     with pytest.raises(ValueError):
         E.seeded(-1)
+
+
+def test_crowd_votes_match_the_population_expectation():
+    """Many voters with private tastes: the votes' win rates approach the population's expected
+    scores (Gauss-Hermite over the taste gap), which are flatter than the planted voters'."""
+    gens = generators.default_generators()[:3]
+    pool = voters.build_pool(prompts.make_prompts(1, seed=2), gens)
+    vm = voters.default_voters()
+    assert np.array_equal(voters.expected_scores(pool, vm, spread=0.0), voters.expected_scores(pool, vm))
+    crowd = voters.Crowd(n_voters=5000, spread=1.0)
+    df = voters.simulate_battles(pool, vm, 40000, np.random.default_rng(1), crowd)
+    assert df["voter"].nunique() == 5000 and df["voter"].value_counts().max() <= 8
+    from minirepro.papers.spreadsheet_arena.ratings import win_matrix
+
+    W = win_matrix(df, pool.generators)
+    off = ~np.eye(3, dtype=bool)
+    emp = np.where(off, W / np.where(off, W + W.T, 1.0), 0.0)
+    S = voters.expected_scores(pool, vm, spread=1.0)
+    assert np.abs(emp[off] - S[off]).max() < 0.02
+    # Monte Carlo over the taste gap agrees with the quadrature
+    rng = np.random.default_rng(0)
+    u = voters._utilities(pool, vm)
+    d = u[:, :, None] - u[:, None, :]
+    gap = rng.normal(0, np.sqrt(2.0), size=20000)
+    mc = voters.outcome_probs(d[None] + gap[:, None, None, None], vm.tau).mean(0)
+    z, w = np.polynomial.hermite_e.hermegauss(40)
+    quad = np.tensordot(w / w.sum(), voters.outcome_probs(d[None] + np.sqrt(2.0) * z[:, None, None, None],
+                                                          vm.tau), axes=1)
+    assert np.abs(mc - quad).max() < 0.01
+    plain = voters.expected_scores(pool, vm)
+    assert np.all(np.abs(S[off] - 0.5) <= np.abs(plain[off] - 0.5) + 1e-12)  # tastes flatten
+    with pytest.raises(ValueError):
+        voters.Crowd(0, 1.0)
+    with pytest.raises(ValueError):
+        voters.Crowd(3, -1.0)
+
+
+def test_coverage_per_arena_and_crowd_config():
+    from minirepro.papers.spreadsheet_arena import experiment as E
+
+    gens = ["gen-a", E.ANCHOR, "gen-b"]
+    hits = np.array([[True, True, False], [True, True, True]])
+    assert E.coverage_per_arena(hits, gens).tolist() == [0.5, 1.0]
+    cfg = E.Config.preset("smoke")
+    assert cfg.crowd == voters.Crowd(cfg.n_voters, cfg.voter_spread)
+    assert E.Config.preset("book").n_seeds >= 5

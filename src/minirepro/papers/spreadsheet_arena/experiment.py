@@ -16,6 +16,7 @@ from minirepro.papers.spreadsheet_arena.generators import default_generators
 from minirepro.papers.spreadsheet_arena.prompts import CATEGORIES, make_prompts
 from minirepro.papers.spreadsheet_arena.voters import (
     VOTER_FEATURES,
+    Crowd,
     Pool,
     VoterModel,
     build_pool,
@@ -34,20 +35,29 @@ def seeded(seed: int) -> np.random.Generator:
 
 @dataclass
 class Config(ScaledConfig):
-    """Sizes of the miniature: prompts per category, votes, bootstrap draws, repeats."""
+    """Sizes of the miniature: prompts per category, votes, bootstrap draws, repeats, the crowd."""
 
+    n_seeds: int = 5  # simulated arenas (independent vote sets) for the headline numbers
     n_per_category: int = 10
     n_battles: int = 8000
     n_boot: int = 300
     n_reps: int = 50
     n_orders: int = 20
     k_factor: float = 16.0
+    n_voters: int = 40  # misspecified arm: voters sharing an arena's votes
+    voter_spread: float = 0.5  # misspecified arm: s.d. of a voter's private taste per generator (logits)
     PRESETS: ClassVar = {
-        "smoke": {"n_per_category": 2, "n_battles": 2000, "n_boot": 100, "n_reps": 20, "n_orders": 10},
+        "smoke": {"n_seeds": 3, "n_per_category": 2, "n_battles": 2000, "n_boot": 100, "n_reps": 20,
+                  "n_orders": 10, "n_voters": 10},
         "book": {},
         "full": {"n_per_category": 100, "n_battles": 40000, "n_boot": 1000, "n_reps": 200,
                  "n_orders": 50},
     }
+
+    @property
+    def crowd(self) -> Crowd:
+        """The misspecified arm's crowd of repeat voters."""
+        return Crowd(self.n_voters, self.voter_spread)
 
 
 def make_pool(cfg: Config, seed: int) -> Pool:
@@ -56,33 +66,52 @@ def make_pool(cfg: Config, seed: int) -> Pool:
                       keep_bytes=True)
 
 
-def true_ratings(pool: Pool, voters: VoterModel, categories: tuple[str, ...] | None = None
-                 ) -> np.ndarray:
-    """The estimand: BT Elo ratings of the exact expected win matrix (what infinite votes give)."""
-    S = expected_scores(pool, voters, categories)
+def true_ratings(pool: Pool, voters: VoterModel, categories: tuple[str, ...] | None = None,
+                 spread: float = 0.0) -> np.ndarray:
+    """The estimand: BT Elo ratings of the exact expected win matrix (what infinite votes give).
+
+    ``spread`` > 0: the expectation over the whole population of crowd voters, i.e. what
+    infinitely many voters (each casting few votes) would give.
+    """
+    S = expected_scores(pool, voters, categories, spread)
     a = pool.generators.index(ANCHOR)
     return R.to_elo(R.fit_bt(S, a), a)
 
 
 def coverage(pool: Pool, voters: VoterModel, cfg: Config, rng: np.random.Generator,
-             level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+             level: float = 0.95, crowd: Crowd | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Coverage of percentile bootstrap intervals over ``cfg.n_reps`` fresh arenas.
+
+    With ``crowd``, the arenas are voted by a fresh crowd each and the truth is the
+    whole voter population's rating (the misspecified arm).
 
     Returns:
         ``(hits, taus)``: hits (n_reps, K) booleans (the anchor is always covered and is
         excluded by the caller), taus (n_reps,) Kendall tau of fitted vs true ratings.
     """
-    truth = true_ratings(pool, voters)
+    truth = true_ratings(pool, voters, spread=crowd.spread if crowd else 0.0)
     a = pool.generators.index(ANCHOR)
     hits, taus = [], []
-    for _ in progress(range(cfg.n_reps), desc="coverage"):
-        df = simulate_battles(pool, voters, cfg.n_battles, rng)
+    for _ in progress(range(cfg.n_reps), desc="coverage" + (" (crowd)" if crowd else "")):
+        df = simulate_battles(pool, voters, cfg.n_battles, rng, crowd)
         boot = R.bootstrap_bt(df, pool.generators, cfg.n_boot, rng, a)
         lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2], axis=0)
         hits.append((lo <= truth) & (truth <= hi))
         fit = R.to_elo(R.fit_bt(R.win_matrix(df, pool.generators), a), a)
         taus.append(kendalltau(fit, truth).statistic)
     return np.array(hits), np.array(taus)
+
+
+def coverage_per_arena(hits: np.ndarray, generators: list[str]) -> np.ndarray:
+    """Per fresh arena, the share of non-anchor generators whose interval covers the truth: (n_reps,)."""
+    return np.delete(np.asarray(hits, float), generators.index(ANCHOR), axis=1).mean(axis=1)
+
+
+def crowd_board(pool: Pool, voters: VoterModel, cfg: Config, seed: int) -> pd.DataFrame:
+    """One arena voted by a crowd of repeat voters (``cfg.crowd``): the BT leaderboard frame."""
+    rng = seeded(seed)
+    votes = simulate_battles(pool, voters, cfg.n_battles, rng, cfg.crowd)
+    return R.leaderboard(votes, pool.generators, cfg.n_boot, rng, anchor=ANCHOR).frame()
 
 
 def order_dependence(df: pd.DataFrame, models: list[str], n_orders: int, k_factor: float,
@@ -217,11 +246,15 @@ def run_seed(pool: Pool, voters: VoterModel, cfg: Config, seed: int) -> SeedRun:
 
 
 def style_checks(style: StyleResult, big: float = 0.5) -> dict[str, float | bool]:
-    """The quantities claim 2's rule reads: LR p-value, sign recovery, Wald coverage."""
+    """The quantities the style check reads: LR p-value, sign recovery, Wald coverage.
+
+    ``wrong_signs`` counts the planted coefficients with ``|gamma| >= big`` whose fitted
+    sign differs; ``signs_ok`` is ``wrong_signs == 0``.
+    """
     strong = np.abs(style.planted) >= big
-    signs = bool(np.all(np.sign(style.gamma[strong]) == np.sign(style.planted[strong])))
+    wrong = int(np.sum(np.sign(style.gamma[strong]) != np.sign(style.planted[strong])))
     cover = float(np.mean(np.abs(style.gamma - style.planted) <= 1.96 * style.se))
-    return {"lr_p": style.lr_p, "signs_ok": signs, "wald_coverage": cover}
+    return {"lr_p": style.lr_p, "signs_ok": wrong == 0, "wrong_signs": wrong, "wald_coverage": cover}
 
 
 SHOWN_FEATURES = ("formula_share", "literal_formula_share", "style_score", "n_charts",

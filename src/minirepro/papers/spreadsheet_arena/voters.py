@@ -16,6 +16,11 @@ Before that, the pair is called "both bad" with probability
 ``base_both_bad + both_bad_if_errors * [A and B both show errors]``, a gate that
 depends on the features only, so dropping both-bad votes leaves the Rao-Kupper
 likelihood of the rest unbiased.
+
+A :class:`Crowd` is the *misspecified* arm [reconstruction of a realistic arena, not
+in the paper]: ``n_voters`` voters cast the votes between them, and each voter adds
+a private taste ``o_v[m] ~ N(0, spread^2)`` to every generator's utility. Bradley-Terry
+then treats clustered votes as independent and ignores the voters' disagreement.
 """
 
 from __future__ import annotations
@@ -78,6 +83,24 @@ def default_voters() -> VoterModel:
     theta = {"gen-formulaic": 0.3, "gen-stylish": 0.0, "gen-balanced": 0.2, "gen-minimal": 0.0,
              "gen-analyst": 0.4, "gen-sloppy": -0.2}
     return VoterModel(theta, gamma)
+
+
+@dataclass(frozen=True)
+class Crowd:
+    """Repeat voters with private tastes: the misspecified arm (see the module docstring).
+
+    ``n_voters`` share the votes equally (up to one); voter ``v``'s utility for a
+    workbook of generator ``m`` is the planted one plus ``o_v[m] ~ N(0, spread^2)``
+    (logit units), drawn once per voter.
+    """
+
+    n_voters: int
+    spread: float
+
+    def __post_init__(self) -> None:
+        if self.n_voters < 1 or not (self.spread >= 0 and np.isfinite(self.spread)):
+            raise ValueError(f"need n_voters >= 1 and a finite spread >= 0, got {self.n_voters}, "
+                             f"{self.spread}")
 
 
 def outcome_probs(d: np.ndarray, tau: float) -> np.ndarray:
@@ -144,8 +167,11 @@ def _both_bad_prob(pool: Pool, voters: VoterModel) -> np.ndarray:
 
 
 def simulate_battles(pool: Pool, voters: VoterModel, n_battles: int,
-                     rng: np.random.Generator) -> pd.DataFrame:
+                     rng: np.random.Generator, crowd: Crowd | None = None) -> pd.DataFrame:
     """``n_battles`` votes: a uniform prompt, a uniform pair of distinct generators, random sides.
+
+    With ``crowd``, the votes are split among ``crowd.n_voters`` voters, each with a
+    private taste per generator (the misspecified arm), and a ``voter`` column is added.
 
     Returns:
         A frame with columns ``prompt_id, category, model_a, model_b, winner`` (``winner`` in
@@ -160,28 +186,46 @@ def simulate_battles(pool: Pool, voters: VoterModel, n_battles: int,
     pick = np.asarray(valid)[rng.integers(len(valid), size=n_battles)]
     p, a, b = pick[:, 0], pick[:, 1], pick[:, 2]
     u = _utilities(pool, voters)
-    probs = outcome_probs(u[p, a] - u[p, b], voters.tau)
+    d = u[p, a] - u[p, b]
+    if crowd is not None:
+        taste = crowd.spread * rng.standard_normal((crowd.n_voters, len(pool.generators)))
+        voter = rng.permutation(n_battles) % crowd.n_voters
+        d = d + taste[voter, a] - taste[voter, b]
+    probs = outcome_probs(d, voters.tau)
     bb = _both_bad_prob(pool, voters)[p, a, b]
     r = rng.random(n_battles)
     out = np.where(r < probs[:, 0], 0, np.where(r < probs[:, 0] + probs[:, 1], 1, 2))
     out = np.where(rng.random(n_battles) < bb, 3, out)
     names = np.asarray(pool.generators)
-    return pd.DataFrame({"prompt_id": [pool.prompts[i].id for i in p],
-                         "category": [pool.prompts[i].category for i in p],
-                         "model_a": names[a], "model_b": names[b],
-                         "winner": np.asarray(OUTCOMES)[out]})
+    df = pd.DataFrame({"prompt_id": [pool.prompts[i].id for i in p],
+                       "category": [pool.prompts[i].category for i in p],
+                       "model_a": names[a], "model_b": names[b],
+                       "winner": np.asarray(OUTCOMES)[out]})
+    if crowd is not None:
+        df["voter"] = voter
+    return df
 
 
-def expected_scores(pool: Pool, voters: VoterModel, categories: tuple[str, ...] | None = None
-                    ) -> np.ndarray:
+def expected_scores(pool: Pool, voters: VoterModel, categories: tuple[str, ...] | None = None,
+                    spread: float = 0.0, nodes: int = 40) -> np.ndarray:
     """Exact expected win matrix of the battle process: ``S[i, j]`` = E[score of i vs j] per battle.
 
     Ties and both-bad count half (the convention of :func:`ratings.win_matrix`); the
     average is over prompts (restricted to ``categories`` if given) where both are valid.
+    With ``spread`` > 0 it is the expectation over the whole population of crowd voters
+    (:class:`Crowd`): the taste gap ``o[i] - o[j] ~ N(0, 2 spread^2)`` is integrated out
+    by Gauss-Hermite quadrature with ``nodes`` points.
     """
     keep = np.array([categories is None or q.category in categories for q in pool.prompts])
     u = _utilities(pool, voters)
-    pr = outcome_probs(u[:, :, None] - u[:, None, :], voters.tau)  # (P, K, K, 3)
+    d = u[:, :, None] - u[:, None, :]
+    if spread > 0:
+        z, w = np.polynomial.hermite_e.hermegauss(nodes)  # weight exp(-z^2 / 2)
+        w = w / w.sum()
+        gap = np.sqrt(2.0) * spread * z
+        pr = np.tensordot(w, outcome_probs(d[None] + gap[:, None, None, None], voters.tau), axes=1)
+    else:
+        pr = outcome_probs(d, voters.tau)  # (P, K, K, 3)
     bb = _both_bad_prob(pool, voters)
     s = (1 - bb) * (pr[..., 0] + 0.5 * pr[..., 2]) + 0.5 * bb
     valid = (pool.ok[:, :, None] & pool.ok[:, None, :]) & keep[:, None, None]
