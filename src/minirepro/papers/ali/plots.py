@@ -1,0 +1,1 @@
+"""Figures of the ALI chapter."""

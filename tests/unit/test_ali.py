@@ -1,0 +1,208 @@
+"""ALI: renderer, metrics, codes and stages against independent references.
+
+References: closed-form Blinn-Phong shading of planes and paraboloids, scikit-image's
+SSIM and PSNR, numpy's slogdet for the coding rate, and structural invariants of the
+relighter (the reference enters only through its light code; fusion starts at LI;
+each stage moves only its own parameters).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+from minirepro.papers import ali
+
+# ------------------------------------------------------------------ rendering
+
+
+def closed_form(n, albedo, material, light, ambient=ali.AMBIENT):
+    """Blinn-Phong for one pixel, written out by hand from the textbook formula."""
+    kd, ks, p, metal = ali.MATERIAL_PARAMS[material]
+    l_dir, c = np.array(light.direction), np.array(light.rgb)
+    h = (l_dir + [0, 0, 1]) / np.linalg.norm(l_dir + [0, 0, 1])
+    ndl = float(n @ l_dir)
+    spec = ks * max(0.0, float(n @ h)) ** p * (albedo if metal else 1.0) if ndl > 0 else 0.0
+    return np.clip(c * albedo * (ambient + kd * max(0.0, ndl)) + c * spec, 0, 1)
+
+
+LIGHTS = [ali.Light((0.0, 0.0, 1.0), (1.0, 1.0, 1.0)),
+          ali.Light((0.6, 0.0, 0.8), (1.0, 0.5, 0.25)),
+          ali.Light((-0.36, 0.48, 0.8), (0.3, 0.9, 0.6))]
+
+
+@pytest.mark.parametrize("material", ali.MATERIALS)
+@pytest.mark.parametrize("light", LIGHTS)
+@pytest.mark.parametrize("slope", [(0.0, 0.0), (0.4, -0.2), (-1.0, 0.7)])
+def test_shading_of_a_tilted_plane_matches_the_closed_form(material, light, slope):
+    a, b = slope
+    yy, xx = np.mgrid[0:9, 0:9].astype(float)
+    normals = ali.heightfield_normals(a * xx + b * yy)
+    n_true = np.array([-a, -b, 1.0]) / np.sqrt(1 + a * a + b * b)
+    np.testing.assert_allclose(normals, np.broadcast_to(n_true, normals.shape), atol=1e-12)
+    albedo = np.full((9, 9, 3), [0.7, 0.4, 0.2])
+    mat = np.full((9, 9), ali.material_index(material))
+    img = ali.shade(normals, albedo, mat, light)
+    expect = closed_form(n_true, np.array([0.7, 0.4, 0.2]), material, light)
+    np.testing.assert_allclose(img[:, 4, 4], expect, atol=1e-6)
+    assert img.shape == (3, 9, 9) and img.dtype == np.float32
+
+
+def test_paraboloid_normals_are_exact_inside_and_highlight_peaks_at_the_half_vector():
+    yy, xx = np.mgrid[0:15, 0:15].astype(float)
+    h = -0.05 * ((xx - 7) ** 2 + (yy - 7) ** 2)  # a dome
+    n = ali.heightfield_normals(h)
+    for r, c in [(7, 7), (3, 10), (11, 5)]:
+        grad = np.array([-0.1 * (c - 7), -0.1 * (r - 7)])
+        want = np.array([-grad[0], -grad[1], 1.0]) / np.sqrt(1 + grad @ grad)
+        np.testing.assert_allclose(n[r, c], want, atol=1e-12)
+    # a metal dome lit from the camera: the brightest pixel is the apex (n = h = v)
+    img = ali.shade(n, np.full((15, 15, 3), 0.5), np.full((15, 15), 2), LIGHTS[0])
+    assert np.unravel_index(img.sum(0).argmax(), (15, 15)) == (7, 7)
+
+
+def test_make_scenes_holds_every_material_and_the_shifted_domain_is_noisy():
+    s = ali.make_scenes(6, 3, 16, seed=1)
+    assert s.images.shape == (6, 3, 3, 16, 16) and s.material.shape == (6, 16, 16)
+    assert all(set(np.unique(m)) == {0, 1, 2} for m in s.material)
+    assert np.array_equal(s.images, s.clean)
+    sh = ali.make_scenes(6, 3, 16, "shifted", seed=1, noise=0.05)
+    resid = sh.images - sh.clean
+    assert 0.02 < resid.std() < 0.06 and sh.images.min() >= 0 and sh.images.max() <= 1
+    shared = ali.make_scenes(4, 3, 16, seed=2, shared_lights=True)
+    assert all(ls == shared.lights[0] for ls in shared.lights)
+
+
+# ------------------------------------------------------------------ metrics
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), size=st.integers(7, 20), noise=st.floats(0.01, 0.5))
+def test_ssim_and_psnr_match_scikit_image(seed, size, noise):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, (2, 3, size, size)).astype(np.float32)
+    y = np.clip(x + rng.normal(0, noise, x.shape), 0, 1).astype(np.float32)
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+    for i in range(2):
+        ref = structural_similarity(y[i], x[i], channel_axis=0, data_range=1.0)
+        assert ali.ssim(ty, tx)[i].item() == pytest.approx(ref, abs=1e-5)
+        assert ali.psnr(ty, tx)[i].item() == pytest.approx(
+            peak_signal_noise_ratio(x[i], y[i], data_range=1.0), abs=1e-3)
+
+
+def test_region_metrics_on_the_whole_image_equal_the_image_metrics_and_regions_split_errors():
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.uniform(0, 1, (2, 3, 12, 12)).astype(np.float32))
+    y = (x + 0.1 * torch.from_numpy(rng.normal(size=x.shape).astype(np.float32))).clamp(0, 1)
+    full = ali.region_metrics(y, x, torch.ones(2, 12, 12, dtype=torch.bool))
+    torch.testing.assert_close(full["psnr"], ali.psnr(y, x), atol=1e-4, rtol=0)
+    torch.testing.assert_close(full["ssim"], ali.ssim(y, x), atol=1e-5, rtol=0)
+    left = torch.zeros(2, 12, 12, dtype=torch.bool)
+    left[:, :, :6] = True
+    y2 = x.clone()
+    y2[:, :, :, 6:] = 0.0  # errors only on the right
+    assert torch.all(ali.region_metrics(y2, x, left)["rmse"] == 0)
+    assert torch.all(ali.region_metrics(y2, x, ~left)["rmse"] > 0)
+
+
+# ------------------------------------------------------------------ codes and model
+
+
+def test_coding_rate_matches_numpy_slogdet():
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(50, 6))
+    lam = 0.7
+    want = np.linalg.slogdet(np.eye(6) + 6 / (50 * lam * lam) * a.T @ a)[1]
+    assert ali.coding_rate(torch.from_numpy(a), lam).item() == pytest.approx(want, rel=1e-10)
+    # collapsed codes (all rows equal) have a lower rate than spread ones
+    same = torch.ones(50, 6) / np.sqrt(6)
+    assert ali.coding_rate(same).item() < ali.coding_rate(torch.nn.functional.normalize(torch.from_numpy(a), dim=1)).item()
+
+
+def _images(n=3, size=12, seed=0):
+    return torch.from_numpy(np.random.default_rng(seed).uniform(0, 1, (n, 3, size, size)).astype(np.float32))
+
+
+def test_no_leak_the_reference_enters_only_through_its_light_code():
+    torch.manual_seed(0)
+    model = ali.Relighter()
+    content, ref1, ref2 = _images(seed=1), _images(seed=2), _images(seed=3)
+    a, _ = model.codes(content)
+    _, l1 = model.codes(ref1)
+    torch.testing.assert_close(model.relight(content, ref1), model.decoder(a, l1))
+    head = model.encoder.light[-1]
+    with torch.no_grad():  # hold the extrinsic code: any reference gives the same output
+        head.weight.zero_()
+        head.bias.copy_(torch.linspace(-1, 1, head.bias.numel()))
+    torch.testing.assert_close(model.relight(content, ref1), model.relight(content, ref2))
+    held = model.relight(content, ref1)
+    with torch.no_grad():  # swap the extrinsic code: the output changes
+        head.bias.copy_(torch.linspace(1, -1, head.bias.numel()))
+    assert (model.relight(content, ref1) - held).abs().max() > 1e-3
+
+
+def test_fusion_starts_at_li_and_stages_move_only_their_parameters():
+    torch.manual_seed(0)
+    model = ali.Relighter()
+    x = _images(4, 16)
+    before = model.codes(x)[0].clone()
+    model.attach_prior(ali.PriorEncoder())
+    torch.testing.assert_close(model.codes(x)[0], before)  # Proj = 0: A = S
+    data = torch.from_numpy(ali.make_scenes(4, 2, 16, seed=0).images)
+    for stage, moving in (("I", {"encoder", "proj"}), ("II", {"decoder"})):
+        snap = {k: v.clone() for k, v in model.state_dict().items()}
+        ali.train_stage(model, stage, data, 3, batch_scenes=2, lr=1e-2)
+        changed = {k.split(".")[0] for k, v in model.state_dict().items() if not torch.equal(v, snap[k])}
+        assert changed == moving, (stage, changed)
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_bad_input_gives_clear_errors():
+    with pytest.raises(ValueError, match="unknown material 'glass'"):
+        ali.material_index("glass")
+    with pytest.raises(ValueError, match="material indices"):
+        ali.shade(np.tile([0, 0, 1.0], (4, 4, 1)), np.ones((4, 4, 3)), np.full((4, 4), 3), LIGHTS[0])
+    with pytest.raises(ValueError, match="unit 3-vector"):
+        ali.shade(np.tile([0, 0, 1.0], (4, 4, 1)), np.ones((4, 4, 3)), np.zeros((4, 4), int),
+                  ali.Light((0.0, 0.0, 2.0), (1, 1, 1)))
+    with pytest.raises(ValueError, match="unknown shape"):
+        ali.random_height(np.random.default_rng(0), 16, "torus")
+    with pytest.raises(ValueError, match="unknown domain"):
+        ali.make_scenes(2, 2, 16, "cartoon")
+    model, x = ali.Relighter(), _images()
+    with pytest.raises(ValueError, match=r"RGB batch \(N, 3, H, W\)"):
+        model.relight(x[:, :2], x[:, :2])
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+        model.relight(x * 255, x)
+    with pytest.raises(ValueError, match="NaN"):
+        ali.psnr(x * float("nan"), x)
+    with pytest.raises(ValueError, match="differ in shape"):
+        ali.ssim(x, x[:2])
+    with pytest.raises(ValueError, match="at least 7x7"):
+        ali.ssim(x[..., :5, :5], x[..., :5, :5])
+    with pytest.raises(ValueError, match="Stage III needs"):
+        ali.train_stage(model, "III", torch.rand(2, 2, 3, 12, 12), 1)
+    with pytest.raises(ValueError, match="unknown stage"):
+        ali.set_trainable(model, "IV")
+    with pytest.raises(ValueError, match="unknown prior"):
+        ali.train_prior("clip", x, torch.zeros(3, dtype=torch.long), 1)
+    with pytest.raises(ValueError, match="at least two lights"):
+        ali.li_loss(model, x[:, None], torch.Generator())
+
+
+def test_patch_mask_and_augmentation_stay_in_range():
+    g = torch.Generator().manual_seed(0)
+    m = ali.patch_mask(64, 16, 4, 0.6, g)
+    assert set(torch.unique(m).tolist()) <= {0.0, 1.0} and 0.5 < m.mean().item() < 0.7
+    blocks = m[:, 0].unfold(1, 4, 4).unfold(2, 4, 4)  # every 4x4 block is all 0 or all 1
+    assert torch.all(blocks.amin((-1, -2)) == blocks.amax((-1, -2)))
+    aug = ali.photometric_augment(_images(8, 12), g)
+    assert aug.min() >= 0 and aug.max() <= 1
+    with pytest.raises(ValueError, match="multiple of the patch"):
+        ali.patch_mask(2, 10, 4)
