@@ -40,7 +40,7 @@ class Config(ScaledConfig):
     krum_f: int = 1
 
     PRESETS: ClassVar = {
-        "smoke": {"n_seeds": 1, "rounds": 15, "attack_steps": 60, "mc_permutations": 30},
+        "smoke": {"n_seeds": 1, "rounds": 10, "attack_steps": 40, "mc_permutations": 30},
         "book": {},
         "full": {"n_seeds": 10, "rounds": 60, "attack_steps": 200, "mc_permutations": 200},
     }
