@@ -201,7 +201,8 @@ def _cmd_artifacts(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="minirepro", description="Run the chapters of the minirepro book.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
-                                metavar="{list,run,sweep,claims,goldens,book,artifacts,arena}")
+                                metavar="{list,run,sweep,claims,goldens,book,artifacts,arena,"
+                                        "conservationbench}")
 
     p = sub.add_parser("list", help="chapters, their parameters and defaults")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -254,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("arena", help="the SpreadsheetArena web app (serve, export)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_arena)
+
+    p = sub.add_parser("conservationbench", help="ConservationBench: export, answer, score",
+                       add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_conservationbench)
     return parser
 
 
@@ -265,11 +271,19 @@ def _cmd_arena(args) -> int:
     return int(arena_main(list(args.rest)) or 0)
 
 
+def _cmd_conservationbench(args) -> int:
+    from minirepro.papers.conservationbench.cli import main as bench_main
+
+    return int(bench_main(list(args.rest)) or 0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``minirepro`` console script."""
     argv = list(argv) if argv is not None else sys.argv[1:]
     if argv[:1] == ["arena"]:  # the arena parses its own options (--help included)
         return _cmd_arena(argparse.Namespace(rest=argv[1:]))
+    if argv[:1] == ["conservationbench"]:  # parses its own options (--help included)
+        return _cmd_conservationbench(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
