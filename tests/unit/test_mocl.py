@@ -336,3 +336,24 @@ def test_cost_helpers():
         mocl.tune("joint", cfg)
     with pytest.raises(ValueError, match="unknown methods"):
         mocl.run_comparison(["LwF"], cfg, [0])
+
+
+def test_seed_summary_top_share_ratios_and_tuning_seed():
+    cfg = mocl.MoCLConfig.preset("smoke", n_tasks=2, n_train=60, n_memory=30, epochs=1)
+    tasks = mocl.permuted_digits(2, seed=0, n_train=60)
+    runs = [mocl.run_stream(m, cfg, s, tasks) for s in (0, 1) for m in ("MoCL", "GPM")]
+    tab = mocl.summary(runs)
+    assert list(tab.index) == ["MoCL", "GPM"] and (tab["n"] == 2).all()
+    acc = mocl.per_seed(runs, "ACC")["MoCL"]
+    assert tab.loc["MoCL", "ACC mean"] == pytest.approx(acc.mean())
+    assert tab.loc["MoCL", "ACC lo"] < acc.mean() < tab.loc["MoCL", "ACC hi"]
+    stats = runs[0].extra["first_stats"]
+    assert mocl.fisher_top_share(stats, frac=1.0) == pytest.approx([1.0] * len(stats))
+    share = mocl.fisher_top_share(stats)
+    assert all(0 < v <= 1 for v in share)
+    with pytest.raises(ValueError):
+        mocl.fisher_top_share(stats, frac=0.0)
+    ratios = mocl.time_ratio_per_seed(runs, cfg, [0, 1], repeats=1)
+    assert ratios.shape == (2,) and np.all(ratios > 0)
+    book = mocl.MoCLConfig.preset("book")
+    assert book.n_seeds >= 5 and mocl.TUNING_SEED not in range(0, book.n_seeds)

@@ -63,7 +63,7 @@ class MoCLConfig(ScaledConfig):
     ewc_lambda: float = 10.0  # EWC penalty strength (tuned)
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {"n_seeds": 2, "n_tasks": 3, "epochs": 2, "n_train": 400, "n_memory": 100},
+        "smoke": {"n_seeds": 1, "n_tasks": 3, "epochs": 2, "n_train": 400, "n_memory": 100},
         "book": {},
         "full": {"epochs": 5},
     }
