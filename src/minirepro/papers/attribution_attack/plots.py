@@ -80,8 +80,8 @@ def plot_defences(res: Results, seed: int) -> plt.Figure:
         ax.set_title(d, fontsize=11)
         ax.set_xlabel("round")
         ax.set_ylabel(labels[d][0], fontsize=9)
-        if d == "Krum":
-            ax.set_yscale("log")
+        if d == "FoolsGold":
+            ax.set_ylim(0, 1.05)
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncols=4, fontsize=9)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
