@@ -32,10 +32,10 @@ $(STAMP): pyproject.toml requirements.lock
 install: $(STAMP)
 
 book: install
-	$(BIN)/minirepro book --scale book
+	$(BIN)/minirepro book --scale book -j $$(nproc)
 
 smoke: install
-	$(BIN)/minirepro book --scale smoke
+	$(BIN)/minirepro book --scale smoke -j $$(nproc)
 
 unit: install
 	$(BIN)/python -m pytest tests/unit -q -n 2

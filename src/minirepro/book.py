@@ -5,16 +5,29 @@ jupyter-cache keys a notebook only on its code cells and kernel, so a change in
 keeps one cache folder per scale and per hash of everything the notebooks read
 besides their own cells (``src/``, ``book/claims/``, ``book/papers.yml``), and
 removes the stale folders of that scale.
+
+Parallel execution (``jobs``): before Sphinx runs, the notebooks of the table of
+contents are executed in ``jobs`` processes into that same cache, read exactly
+as myst-nb reads them (``read_myst_markdown_notebook``) and executed as myst-nb
+executes them (``single_nb_execution``, in the notebook's folder, the same
+timeout and environment), so that Sphinx then finds every notebook in the cache
+("Using cached notebook") and executes none itself. The chapters
+(``notebooks/``) run first; the front-matter pages that execute code
+(``book/ledger.md``, ``book/papers.md``, ...) run after them. Thread counts are
+not touched: a chapter runs with the same environment as in a serial build.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -36,9 +49,161 @@ def inputs_hash(root: Path) -> str:
     return h.hexdigest()[:12]
 
 
+def default_jobs(n_notebooks: int) -> int:
+    """The cores this process may use, at most ``n_notebooks`` (and at least 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, n_notebooks))
+
+
+def _toc_files(node: Any) -> list[str]:
+    out: list[str] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k in ("file", "root") and isinstance(v, str):
+                out.append(v)
+            else:
+                out += _toc_files(v)
+    elif isinstance(node, list):
+        for v in node:
+            out += _toc_files(v)
+    return out
+
+
+def _md_config(root: Path):
+    from myst_parser.config.main import MdParserConfig
+
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8")) or {}
+    exts = (config.get("parse") or {}).get("myst_enable_extensions") or []
+    return MdParserConfig(enable_extensions=set(exts))
+
+
+def read_notebook(path: Path, md_config=None):
+    """Read a MyST-markdown notebook exactly as myst-nb does for the build (and its cache)."""
+    from myst_nb.core.read import read_myst_markdown_notebook
+
+    return read_myst_markdown_notebook(path.read_text("utf8"), config=md_config,
+                                       add_source_map=True, path=str(path))
+
+
+def executable_notebooks(root: Path) -> tuple[list[Path], list[Path]]:
+    """The toc's notebooks with code cells: ``(chapters, front_matter)``, in toc order.
+
+    Chapters are the files under ``notebooks/``; every other executing page (the
+    ledger, the list of papers) is front matter and runs after the chapters.
+    """
+    from myst_nb.core.read import is_myst_markdown_notebook
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8")) or {}
+    chapters, front = [], []
+    for name in dict.fromkeys(_toc_files(toc)):
+        path = root / name if name.endswith(".md") else root / f"{name}.md"
+        if not path.is_file():
+            continue
+        text = path.read_text("utf8")
+        if not is_myst_markdown_notebook(text) or "{code-cell}" not in text:
+            continue
+        (chapters if Path(name).parts[0] == "notebooks" else front).append(path.resolve())
+    return chapters, front
+
+
+def _execute_one(path: str, env: dict[str, str], timeout: int, exts: list[str]) -> dict[str, Any]:
+    """Run in a worker process: execute one notebook as myst-nb would; return it as JSON."""
+    import nbformat
+    from jupyter_cache.executors.utils import single_nb_execution
+    from myst_parser.config.main import MdParserConfig
+
+    os.environ.clear()
+    os.environ.update(env)
+    started = time.time()
+    nb = read_notebook(Path(path), MdParserConfig(enable_extensions=set(exts)))
+    result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout,
+                                 allow_errors=False, meta_override=True)
+    return {"path": path, "seconds": result.time, "started": started, "ended": time.time(),
+            "error": result.exc_string if result.err is not None else None,
+            "notebook": None if result.err is not None else nbformat.writes(nb)}
+
+
+def preexecute(root: Path, cache_path: Path, env: dict[str, str], jobs: int,
+               timeout: int = CELL_TIMEOUT, report_dir: Path | None = None) -> dict[str, Any]:
+    """Execute the book's notebooks missing from the cache in ``jobs`` processes; cache them.
+
+    The chapters run first, then the front matter. Notebooks already cached (same code
+    cells and kernel) are skipped. Returns a record: per notebook its seconds, start and
+    end times, and whether it was executed, cached already, or failed.
+
+    Raises:
+        RuntimeError: a notebook raised; its traceback is in ``report_dir``.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    md_config = _md_config(root)
+    exts = sorted(md_config.enable_extensions)
+    cache = get_cache(str(cache_path))
+    chapters, front = executable_notebooks(root)
+    record: dict[str, Any] = {"jobs": jobs, "notebooks": {}}
+    failed = []
+    t0 = time.perf_counter()
+    for phase in (chapters, front):
+        todo = []
+        for path in phase:
+            try:
+                cache.match_cache_notebook(read_notebook(path, md_config))
+                record["notebooks"][str(path.relative_to(root))] = {"status": "cached"}
+            except KeyError:
+                todo.append(path)
+        if not todo:
+            continue
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
+            futures = [pool.submit(_execute_one, str(p), env, timeout, exts) for p in todo]
+            for fut in futures:
+                res = fut.result()
+                rel = str(Path(res["path"]).relative_to(root))
+                entry = {k: res[k] for k in ("seconds", "started", "ended")}
+                if res["error"] is not None:
+                    entry["status"] = "failed"
+                    failed.append(rel)
+                    if report_dir is not None:
+                        report_dir.mkdir(parents=True, exist_ok=True)
+                        log = report_dir / (rel.replace("/", "_") + ".err.log")
+                        log.write_text(res["error"], encoding="utf-8")
+                        entry["report"] = str(log)
+                    print(f"minirepro book: {rel} failed", flush=True)
+                else:
+                    nb = nbformat.reads(res["notebook"], as_version=4)
+                    cache.cache_notebook_bundle(
+                        CacheBundleIn(nb, res["path"], data={"execution_seconds": res["seconds"]}),
+                        check_validity=False, overwrite=True)
+                    entry["status"] = "executed"
+                    print(f"minirepro book: executed {rel} in {res['seconds']:.1f} s", flush=True)
+                record["notebooks"][rel] = entry
+        if failed:
+            break  # the front matter runs only after every chapter succeeded
+    record["seconds"] = round(time.perf_counter() - t0, 2)
+    if failed:
+        where = f"; tracebacks in {report_dir}" if report_dir is not None else ""
+        raise RuntimeError(f"the book build failed: {', '.join(failed)} raised during execution{where}")
+    return record
+
+
 def build(scale: str | None = None, root: Path | None = None, strict: bool = True,
-          timeout: int = CELL_TIMEOUT) -> Path:
+          timeout: int = CELL_TIMEOUT, jobs: int | None = None) -> Path:
     """Build the whole book at ``scale``; return the path of ``index.html``.
+
+    Args:
+        jobs: notebooks executed at once before Sphinx renders (default: the cores,
+            at most the number of notebooks); ``0`` leaves execution to Sphinx (serial).
+
+    The Sphinx log is kept in ``_build/<scale>/build.log``, the record of the
+    parallel execution in ``_build/<scale>/execution.json``.
 
     Raises:
         RuntimeError: the build failed (a notebook raised, a warning under ``strict``).
@@ -68,7 +233,23 @@ def build(scale: str | None = None, root: Path | None = None, strict: bool = Tru
                PYTHONHASHSEED="0", MINIREPRO_ROOT=str(root))
     env.pop("MINIREPRO_RESULTS", None)
     env.pop("MINIREPRO_FIGDIR", None)
-    proc = subprocess.run(cmd, cwd=root, env=env, check=False)
+    if jobs is None:
+        jobs = default_jobs(sum(map(len, executable_notebooks(root))))
+    if jobs < 0:
+        raise ValueError(f"-j must be 0 or more, got {jobs}")
+    if jobs > 0:
+        record = preexecute(root, cache, env, jobs, timeout, report_dir=out / "reports")
+        (out / "execution.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    t0 = time.perf_counter()
+    with open(out / "build.log", "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+        proc.wait()
+    print(f"minirepro book: Sphinx took {time.perf_counter() - t0:.1f} s", flush=True)
     index = out / "_build" / "html" / "index.html"
     reports = sorted((out / "_build" / "html" / "reports").glob("**/*.err.log")) \
         if (out / "_build" / "html" / "reports").exists() else []

@@ -142,7 +142,7 @@ def _cmd_book(args) -> int:
     from minirepro.book import build
 
     try:
-        index = build(args.scale, strict=not args.no_strict)
+        index = build(args.scale, strict=not args.no_strict, jobs=args.jobs)
     except RuntimeError as exc:
         print(f"minirepro: {exc}", file=sys.stderr)
         return 1
@@ -240,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("book", help="build the whole book")
     p.add_argument("--scale", choices=SCALES, help="default: MINIREPRO_SCALE or book")
     p.add_argument("--no-strict", action="store_true", help="do not treat warnings as errors")
+    p.add_argument("-j", "--jobs", type=int, default=None,
+                   help="notebooks executed at once before rendering (default: the cores, at most "
+                        "the notebooks; 0: Sphinx executes them one after another)")
     p.set_defaults(func=_cmd_book)
 
     p = sub.add_parser("artifacts", help="trained models committed under artifacts/")

@@ -1,0 +1,131 @@
+"""``minirepro book -j N``: notebooks executed in parallel into the cache, then one Sphinx build."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from minirepro import book
+
+FRONT = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+    format_version: 0.13
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+# Front matter
+
+```{code-cell} ipython3
+import os
+print("scale", os.environ["MINIREPRO_SCALE"], "hashseed", os.environ["PYTHONHASHSEED"])
+```
+"""
+
+
+def _toy_book(root: Path) -> None:
+    """Two chapters (the toy, and a variant with other code cells) and an executing front page."""
+    src = root / "notebooks" / "01-toy" / "toy.md"
+    (root / "notebooks" / "02-toy").mkdir()
+    (root / "notebooks" / "02-toy" / "toy2.md").write_text(
+        src.read_text().replace("n = 5  #", "n = 7  #"))
+    (root / "book").mkdir()
+    (root / "book" / "intro.md").write_text("# A toy book\n\nNothing to execute here.\n")
+    (root / "book" / "front.md").write_text(FRONT)
+    (root / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/intro\nchapters:\n  - file: book/front\n"
+        "  - file: notebooks/01-toy/toy\n  - file: notebooks/02-toy/toy2\n")
+    (root / "_config.yml").write_text(
+        "title: toy\nonly_build_toc_files: true\n"
+        "exclude_patterns: ['_build/*', 'src/*', '**.ipynb_checkpoints']\n"
+        "execute:\n  execute_notebooks: cache\n  timeout: 120\n  run_in_temp: false\n"
+        "parse:\n  myst_enable_extensions: [colon_fence, dollarmath]\n"
+        "sphinx:\n  config:\n    nb_merge_streams: true\n")
+
+
+def _outputs(root: Path) -> dict[str, list]:
+    """Each notebook's code cells and outputs as the build's cache holds them.
+
+    (myst-nb's ``jupyter_execute/`` copies are written before a cache hit is merged,
+    so the cache is where a build's executed notebooks are.)
+    """
+    from jupyter_cache import get_cache
+
+    (cache_path,) = (root / "_build" / ".jupyter_cache").glob("smoke-*")
+    cache = get_cache(str(cache_path))
+    found = {}
+    for path in sum(book.executable_notebooks(root), []):
+        _, nb = cache.merge_match_into_notebook(book.read_notebook(path, book._md_config(root)))
+        cells = []
+        for c in nb.cells:
+            if c.cell_type != "code":
+                continue
+            outs = [{k: v for k, v in o.items() if k not in ("execution_count", "metadata")}
+                    for o in c.outputs]
+            cells.append((c.source, outs))
+        found[path.name] = cells
+    return found
+
+
+def test_toc_notebooks_split_into_chapters_then_front_matter(toy_book):
+    _toy_book(toy_book)
+    chapters, front = book.executable_notebooks(toy_book)
+    assert [p.name for p in chapters] == ["toy.md", "toy2.md"]
+    assert [p.name for p in front] == ["front.md"]  # intro.md has no code cell
+    assert book.default_jobs(3) <= 3 and book.default_jobs(1) == 1
+
+
+def test_parallel_build_is_cached_and_equals_the_serial_build(toy_book):
+    _toy_book(toy_book)
+    serial_index = book.build("smoke", root=toy_book, strict=True, jobs=0)
+    serial_log = (toy_book / "_build" / "smoke" / "build.log").read_text()
+    assert serial_log.count("Executing notebook") == 3  # Sphinx executed all three itself
+    serial = _outputs(toy_book)
+    assert serial_index.exists()
+    shutil.rmtree(toy_book / "_build")
+
+    index = book.build("smoke", root=toy_book, strict=True, jobs=2)
+    out = toy_book / "_build" / "smoke"
+    log = (out / "build.log").read_text()
+    assert index.exists()
+    # every notebook came from the cache: Sphinx executed none
+    assert log.count("Using cached notebook") == 3, log
+    assert "Executing notebook" not in log
+    record = json.loads((out / "execution.json").read_text())
+    assert record["jobs"] == 2
+    nbs = record["notebooks"]
+    assert {v["status"] for v in nbs.values()} == {"executed"} and len(nbs) == 3
+    # the front matter started only after both chapters had ended
+    chapters_end = max(v["ended"] for k, v in nbs.items() if k.startswith("notebooks/"))
+    assert nbs["book/front.md"]["started"] >= chapters_end
+    # the same results as the serial build, cell by cell
+    parallel = _outputs(toy_book)
+    assert parallel == serial and len(parallel) == 3
+    assert any("stat = " in json.dumps(cells) for cells in parallel.values())
+    assert "scale smoke hashseed 0" in json.dumps(parallel["front.md"])
+    assert "stat = " in (out / "_build" / "html" / "notebooks" / "01-toy" / "toy.html").read_text()
+
+    # a second build finds everything cached and executes nothing (Sphinx re-reads nothing)
+    book.build("smoke", root=toy_book, strict=True, jobs=2)
+    record = json.loads((out / "execution.json").read_text())
+    assert {v["status"] for v in record["notebooks"].values()} == {"cached"}
+
+
+def test_a_failing_chapter_fails_the_build_and_names_it(toy_book):
+    _toy_book(toy_book)
+    nb = toy_book / "notebooks" / "02-toy" / "toy2.md"
+    nb.write_text(nb.read_text().replace("fail = False  #", "fail = True  #"))
+    with pytest.raises(RuntimeError, match="toy2.md"):
+        book.build("smoke", root=toy_book, jobs=2)
+    reports = list((toy_book / "_build" / "smoke" / "reports").glob("*.err.log"))
+    assert reports and "failing on purpose" in reports[0].read_text()
+    # the front matter did not run after a failed chapter
+    assert not (toy_book / "_build" / "smoke" / "build.log").exists()
