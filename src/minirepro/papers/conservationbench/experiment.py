@@ -17,7 +17,7 @@ from minirepro.papers.conservationbench.conditions import (
     TEMPLATES,
     trial_table,
 )
-from minirepro.papers.conservationbench.generator import ANSWERS, Video, generate
+from minirepro.papers.conservationbench.generator import ANSWERS, Video, generate, measured_answer
 from minirepro.papers.conservationbench.models import (
     StandIn,
     StandInSpec,
@@ -174,9 +174,11 @@ def run_experiment(cfg: Config) -> Experiment:
     for seed in progress(range(cfg.seed, cfg.seed + cfg.n_seeds), desc="seeds"):
         run = run_seed(cfg, seed)
         fam = run.answers["model"].astype(str).map(family_of)
+        mismatches = sum(measured_answer(v) != v.answer for v in run.videos)
         for f in FAMILIES:
             sub = run.answers[fam == f]
-            fam_rows.append({"seed": seed, "family": f, **summarise_family(sub)})
+            fam_rows.append({"seed": seed, "family": f, **summarise_family(sub),
+                             "label_mismatches": mismatches})
             model_rows.append(analysis.accuracy_table(sub).reset_index().assign(seed=seed, family=f))
             acc = analysis.accuracy_by(sub, "n_frames").stack().rename("acc").reset_index()
             frame_rows.append(acc.assign(seed=seed, family=f))
