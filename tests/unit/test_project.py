@@ -22,8 +22,14 @@ def _name(req: str) -> str:
     return re.split(r"[<>=!~\[ ;]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
+def _all_deps() -> list[str]:
+    """The dependencies and every optional extra's (``cluster``): all of them are installed."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return project["dependencies"] + sum(project.get("optional-dependencies", {}).values(), [])
+
+
 def test_environment_yml_names_the_same_packages_as_pyproject():
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = _all_deps()
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     conda, pip = [], []
     for item in env["dependencies"]:
@@ -41,8 +47,7 @@ def test_environment_yml_names_the_same_packages_as_pyproject():
 def test_lock_pins_every_dependency_and_torch_without_a_local_tag():
     lock = {_name(line): line for line in (ROOT / "requirements.lock").read_text().splitlines()
             if line and not line.startswith("#")}
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    for d in deps:
+    for d in _all_deps():
         assert _name(d) in lock, f"{_name(d)} is not in requirements.lock"
         assert "==" in lock[_name(d)]
     assert lock["torch"] == "torch==2.13.0"
