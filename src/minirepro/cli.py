@@ -95,7 +95,8 @@ def _cmd_sweep(args) -> int:
     if not grid:
         return _fail("sweep needs at least one -p NAME VALUE [VALUE ...]")
     folder = sweep(args.chapter, grid, jobs=args.jobs, scale=args.scale, backend=args.backend,
-                   runs_dir=Path(args.runs_dir) if args.runs_dir else None, metric=args.metric)
+                   runs_dir=Path(args.runs_dir) if args.runs_dir else None, metric=args.metric,
+                   scheduler=args.scheduler, timeout=args.timeout)
     print((folder / "summary.md").read_text(), end="")
     failed = sum(1 for r in json.loads((folder / "summary.json").read_text()) if not r["ok"])
     print(f"sweep summary: {folder / 'summary.csv'}" +
@@ -225,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--backend", default="loky",
                            help="joblib backend: loky (local processes), or dask/ray if registered")
             p.add_argument("--metric", help="the metric to plot (default: the first recorded)")
+            p.add_argument("--scheduler", metavar="ADDRESS",
+                           help="run on Dask (the cluster extra): tcp://HOST:PORT of a running "
+                                "scheduler, or local:N for N local worker processes")
+            p.add_argument("--timeout", type=float, metavar="SECONDS",
+                           help="with --scheduler: report runs not done by then as FAILED")
             p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("claims", help="the claims ledger")

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import io
 import itertools
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
@@ -203,7 +205,8 @@ def _sweep_one(name: str, params: dict[str, Any], scale: str | None, runs_dir: P
 
 def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | None = None,
           backend: str = "loky", runs_dir: Path | None = None, root: Path | None = None,
-          metric: str | None = None) -> Path:
+          metric: str | None = None, scheduler: str | None = None,
+          timeout: float | None = None) -> Path:
     """Run a chapter over the grid of parameter values and write a summary.
 
     Every run is validated before any starts. Runs go through joblib (``backend``:
@@ -212,6 +215,11 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
     ``runs/<chapter>/sweep-<id>/`` with ``summary.csv``, ``summary.md``,
     ``summary.json`` and ``sweep.png`` (``metric`` against the first swept
     parameter, mean and spread over the others).
+
+    ``scheduler`` sends the runs to a Dask cluster instead (the ``cluster`` extra):
+    ``tcp://HOST:PORT`` for a running scheduler, ``local:N`` for a ``LocalCluster``
+    of N worker processes started here (see :func:`sweep_dask`); ``timeout`` bounds
+    the whole sweep there.
 
     Returns:
         The sweep folder.
@@ -232,13 +240,135 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
         raise ChapterError(f"-j must be at least 1, got {jobs}")
     # Thread counts are left alone: a chapter gives the same numbers in a sweep as in a run.
     threads = None
-    rows = Parallel(n_jobs=jobs, backend=backend)(
-        delayed(_sweep_one)(chapter.name, combo, scale, runs_dir, root, threads) for combo in combos)
     base = (runs_dir or root / "runs").resolve() / chapter.name
+    if scheduler is not None:
+        rows = sweep_dask(chapter, combos, scale, scheduler, base, root, timeout=timeout)
+    else:
+        rows = Parallel(n_jobs=jobs, backend=backend)(
+            delayed(_sweep_one)(chapter.name, combo, scale, runs_dir, root, threads)
+            for combo in combos)
     folder = base / f"sweep-{make_run_id({'grid': grid, 'scale': scale})}"
     folder.mkdir(parents=True)
     write_summary(folder, rows, list(grid), metric)
     return folder
+
+
+def _pack(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
+    return buf.getvalue()
+
+
+def _unpack(payload: bytes, base: Path) -> Path:
+    """Write a run folder sent back by a worker under ``base``; return its path."""
+    base.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(payload), mode="r:gz") as tar:
+        names = {m.name.split("/", 1)[0] for m in tar.getmembers()}
+        if len(names) != 1 or any(m.name.startswith("/") or ".." in Path(m.name).parts
+                                  for m in tar.getmembers()):
+            raise ValueError(f"a worker sent back an unexpected archive: {sorted(names)}")
+        tar.extractall(base, filter="data")
+    return base / names.pop()
+
+
+def _remote_one(name: str, params: dict[str, Any], scale: str | None,
+                root: str | None) -> dict[str, Any]:
+    """Run on a Dask worker: one run in a private folder, sent back as a tar.gz payload.
+
+    The worker may be on another host: nothing is shared but this return value. The
+    worker uses its own copy of the book (``root``, else ``MINIREPRO_ROOT`` or the
+    installed repository) and reports which notebook it ran (``notebook_sha``).
+    """
+    import socket
+
+    book_root = Path(root) if root else repo_root()
+    chapter = get(name, book_root)
+    with tempfile.TemporaryDirectory(prefix="minirepro-worker-") as tmp:
+        row = _sweep_one(chapter.name, params, scale, Path(tmp), book_root, None)
+        folder = Path(row["folder"])
+        row["payload"] = _pack(folder)
+    row["host"] = socket.gethostname()
+    row["notebook_sha"] = hashlib.sha256(chapter.path.read_bytes()).hexdigest()[:12]
+    return row
+
+
+def _lost_run(base: Path, params: dict[str, Any], error: str) -> dict[str, Any]:
+    """A run whose worker died (or that timed out): a local ``-FAILED`` folder says so."""
+    folder = base / f"{make_run_id(params)}-FAILED"
+    folder.mkdir(parents=True)
+    (folder / "params.json").write_text(json.dumps(params, indent=2, default=str) + "\n")
+    (folder / "error.txt").write_text(f"{error}\n", encoding="utf-8")
+    return {"params": params, "ok": False, "folder": str(folder), "error": error,
+            "metrics": {}, "seconds": None, "verdicts": {}}
+
+
+def sweep_dask(chapter: Chapter, combos: list[dict[str, Any]], scale: str | None, scheduler: str,
+               base: Path, root: Path, timeout: float | None = None) -> list[dict[str, Any]]:
+    """Run ``combos`` on a Dask cluster; every run's folder comes back under ``base``.
+
+    ``scheduler`` is ``tcp://HOST:PORT`` (a running ``dask scheduler``; its workers
+    use their own install of the book) or ``local:N`` (a ``LocalCluster`` of N worker
+    processes on 127.0.0.1, using this book). A worker that dies mid-run has its run
+    re-scheduled on another worker by the Dask scheduler (up to its
+    ``allowed-failures``); a run that is still lost, or not done within ``timeout``
+    seconds, is reported FAILED with a local folder saying why, never dropped.
+    """
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError as exc:
+        raise ChapterError("--scheduler needs the cluster extra: pip install 'minirepro[cluster]'") from exc
+
+    cluster = None
+    if scheduler.startswith("local:"):
+        try:
+            n = int(scheduler.split(":", 1)[1])
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ChapterError(f"--scheduler local:N needs N >= 1 workers, got {scheduler!r}")
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                               host="127.0.0.1", dashboard_address=None)
+        address, worker_root = cluster.scheduler_address, str(root)
+    elif scheduler.startswith(("tcp://", "tls://")):
+        address, worker_root = scheduler, None
+    else:
+        raise ChapterError(f"--scheduler expects tcp://HOST:PORT or local:N, got {scheduler!r}")
+    local_sha = hashlib.sha256(chapter.path.read_bytes()).hexdigest()[:12]
+    rows: list[dict[str, Any] | None] = [None] * len(combos)
+    try:
+        with Client(address, timeout="30s") as client:
+            futures = {client.submit(_remote_one, chapter.name, combo, scale, worker_root,
+                                     pure=False, key=f"{chapter.name}-{i}-{make_run_id(combo)}"): i
+                       for i, combo in enumerate(combos)}
+            done = as_completed(list(futures), with_results=False, timeout=timeout)
+            try:
+                for fut in done:
+                    i = futures[fut]
+                    try:
+                        row = fut.result()
+                    except Exception as exc:  # the worker died too often, or the task raised
+                        rows[i] = _lost_run(base, combos[i], f"the run was lost on the cluster: "
+                                                             f"{type(exc).__name__}: {exc}")
+                        continue
+                    folder = _unpack(row.pop("payload"), base)
+                    row["folder"] = str(folder)
+                    if row.get("notebook_sha") != local_sha:
+                        row["warning"] = (f"the worker on {row.get('host')} ran another version of "
+                                          f"the notebook ({row.get('notebook_sha')} here {local_sha})")
+                        print(f"minirepro: {row['warning']}", file=sys.stderr)
+                    rows[i] = row
+            except TimeoutError:
+                pass
+            for fut, i in futures.items():
+                if rows[i] is None:
+                    fut.cancel()
+                    rows[i] = _lost_run(base, combos[i], f"not finished within the sweep's "
+                                                         f"timeout of {timeout} s")
+    finally:
+        if cluster is not None:
+            cluster.close()
+    return [r for r in rows if r is not None]
 
 
 def write_summary(folder: Path, rows: list[dict[str, Any]], swept: list[str],
