@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
 import pandas as pd
 from scipy import stats
 
@@ -38,13 +39,16 @@ def _check(ans: pd.DataFrame) -> pd.DataFrame:
     return ans
 
 
+def _correct(d: pd.DataFrame) -> pd.Series:
+    return pd.Series(d["pred"].astype(str).to_numpy() == d["truth"].astype(str).to_numpy(), index=d.index)
+
+
 def accuracy_table(ans: pd.DataFrame) -> pd.DataFrame:
     """§4 (Tabs. 5-6): per model, accuracy on conserving items (C), on controls (NC), their
     mean, strict paired accuracy (a pair counts when both its items are right under the
     same condition) and the FAIL rate, over the ``video`` probe. Fractions in [0, 1]."""
     v = _check(ans)
-    v = v[v["probe"] == "video"].assign(ok=lambda d: d["pred"] == d["truth"],
-                                        fail=lambda d: d["pred"] == "FAIL")
+    v = v[v["probe"] == "video"].assign(ok=lambda d: _correct(d), fail=lambda d: d["pred"] == "FAIL")
     if len(v) == 0:
         raise ValueError("no answers on the video probe")
     by = v.groupby(["model", "conserving"], observed=True)["ok"].mean().unstack("conserving")
@@ -62,7 +66,7 @@ def accuracy_by(ans: pd.DataFrame, column: str) -> pd.DataFrame:
     """Item accuracy per model and value of ``column`` (e.g. ``n_frames``, ``prop``), video probe."""
     v = _check(ans)
     v = v[v["probe"] == "video"]
-    return (v["pred"] == v["truth"]).groupby([v["model"], v[column]], observed=True).mean().unstack(column)
+    return _correct(v).groupby([v["model"], v[column]], observed=True).mean().unstack(column)
 
 
 def cross_model_correlation(table: pd.DataFrame) -> tuple[float, float]:
@@ -123,12 +127,13 @@ def _probe_join(ans: pd.DataFrame, probe: str) -> pd.DataFrame:
 
 def transitions(ans: pd.DataFrame, probe: str) -> pd.DataFrame:
     """§4 (vision removal): P(answer under ``probe`` | answer with the video), pooled over
-    models; rows are the video answers, columns the probe answers. Conditional rates,
-    not accuracies. The video answers are those of the 7-frame uniform condition."""
+    models; rows are the video answers, columns the probe answers (a row is NaN when no
+    video answer of that kind occurred). Conditional rates, not accuracies. The video answers are those of the 7-frame uniform condition."""
     j = _probe_join(ans, probe)
     labels = [*ANSWERS, "FAIL"]
-    tab = pd.crosstab(pd.Categorical(j["pred_video"], labels), pd.Categorical(j["pred_probe"], labels),
-                      dropna=False, normalize="index")
+    counts = pd.crosstab(pd.Categorical(j["pred_video"].astype(str), labels),
+                         pd.Categorical(j["pred_probe"].astype(str), labels), dropna=False)
+    tab = counts.div(counts.sum(axis=1).replace(0, np.nan), axis=0)  # no such video answer: NaN
     tab.index.name, tab.columns.name = "with video", f"{probe} probe"
     return tab
 

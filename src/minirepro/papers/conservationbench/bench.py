@@ -220,5 +220,5 @@ def report(result: dict) -> str:
     for probe in ("blank", "text"):
         if f"transitions_{probe}" in result:
             lines += ["", f"{probe} probe: P(answer | answer with the video), conditional rates:",
-                      result[f"transitions_{probe}"].round(2).to_string()]
+                      result[f"transitions_{probe}"].dropna(how="all").round(2).to_string()]
     return "\n".join(lines)

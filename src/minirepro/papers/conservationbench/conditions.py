@@ -8,6 +8,7 @@ through all six permutations, so each answer sits in each slot equally often.
 from __future__ import annotations
 
 import itertools
+from functools import cache
 
 import numpy as np
 import pandas as pd
@@ -55,26 +56,37 @@ def select_frames(video: Video, n: int, method: str, change: np.ndarray | None =
         raise ValueError(f"a frame count must be in 2..{N_SOURCE}, got {n}")
     last = N_SOURCE - 1
     if method == "uniform":
-        return np.unique(np.round(np.linspace(0, last, n)).astype(int))
+        return np.array(_uniform(n))
     if method == "human":
-        prefer = [0, last] + ([video.event] if video.event >= 0 else []) + list(MOTION)
-        chosen: list[int] = []
-        for t in prefer:
-            if t not in chosen and len(chosen) < n:
-                chosen.append(t)
-        grid = np.arange(N_SOURCE)
-        dist = np.min(np.abs(grid[:, None] - np.array(chosen)[None, :]), axis=1)
-        while len(chosen) < n:  # farthest point from the chosen frames, ties to the earliest
-            t = int(np.argmax(dist))
-            chosen.append(t)
-            dist = np.minimum(dist, np.abs(grid - t))
-        return np.array(sorted(chosen))
+        return np.array(_human(n, video.event))
     if method == "saliency":
         change = frame_change(video) if change is None else change
         order = np.argsort(-change, kind="stable") + 1  # frame t+1 changed from frame t
         picked = [0, last] + [int(t) for t in order if t not in (0, last)]
         return np.array(sorted(picked[:n]))
     raise ValueError(f"unknown frame selection {method!r}; expected one of {', '.join(SELECTIONS)}")
+
+
+@cache
+def _uniform(n: int) -> tuple[int, ...]:
+    return tuple(int(t) for t in np.unique(np.round(np.linspace(0, N_SOURCE - 1, n)).astype(int)))
+
+
+@cache
+def _human(n: int, event: int) -> tuple[int, ...]:
+    last = N_SOURCE - 1
+    prefer = [0, last] + ([event] if event >= 0 else []) + list(MOTION)
+    chosen: list[int] = []
+    for t in prefer:
+        if t not in chosen and len(chosen) < n:
+            chosen.append(t)
+    grid = np.arange(N_SOURCE)
+    dist = np.min(np.abs(grid[:, None] - np.array(chosen)[None, :]), axis=1)
+    while len(chosen) < n:  # farthest point from the chosen frames, ties to the earliest
+        t = int(np.argmax(dist))
+        chosen.append(t)
+        dist = np.minimum(dist, np.abs(grid - t))
+    return tuple(sorted(chosen))
 
 
 def option_order(video: Video, template: str) -> tuple[str, ...]:
@@ -118,16 +130,22 @@ def trial_table(videos: list[Video], counts: tuple[int, ...] = FRAME_COUNTS,
     Columns: ``qid, video, video_id, prop, pair, conserving, truth, selection, n_frames,
     template, order`` (the answers in slot order, a tuple) and ``frames`` (indices).
     """
-    rows = []
+    cols: dict[str, list] = {k: [] for k in ("qid", "video", "video_id", "prop", "pair", "conserving",
+                                             "truth", "selection", "n_frames", "template", "order",
+                                             "frames")}
     for vi, v in enumerate(videos):
         change = frame_change(v)
         for sel in selections:
             for n in counts:
                 idx = tuple(int(t) for t in select_frames(v, n, sel, change))
                 for tpl in templates:
-                    rows.append({"qid": f"{v.video_id}/{sel}/{n}/{tpl}", "video": vi,
-                                 "video_id": v.video_id, "prop": v.prop, "pair": v.pair,
-                                 "conserving": v.conserving, "truth": v.answer, "selection": sel,
-                                 "n_frames": n, "template": tpl, "order": option_order(v, tpl),
-                                 "frames": idx})
-    return pd.DataFrame(rows)
+                    for key, val in (("qid", f"{v.video_id}/{sel}/{n}/{tpl}"), ("video", vi),
+                                     ("video_id", v.video_id), ("prop", v.prop), ("pair", v.pair),
+                                     ("conserving", v.conserving), ("truth", v.answer),
+                                     ("selection", sel), ("n_frames", n), ("template", tpl),
+                                     ("order", option_order(v, tpl)), ("frames", idx)):
+                        cols[key].append(val)
+    out = pd.DataFrame(cols)
+    for c in ("prop", "truth", "selection", "template"):
+        out[c] = out[c].astype("category")
+    return out

@@ -13,11 +13,18 @@ from minirepro.core import ScaledConfig, progress
 from minirepro.papers.conservationbench import analysis
 from minirepro.papers.conservationbench.conditions import (
     FRAME_COUNTS,
+    PERMUTATIONS,
     SELECTIONS,
     TEMPLATES,
     trial_table,
 )
-from minirepro.papers.conservationbench.generator import ANSWERS, Video, generate, measured_answer
+from minirepro.papers.conservationbench.generator import (
+    ANSWERS,
+    PROPERTIES,
+    Video,
+    generate,
+    measured_answer,
+)
 from minirepro.papers.conservationbench.models import (
     StandIn,
     StandInSpec,
@@ -36,13 +43,13 @@ class Config(ScaledConfig):
     """Sizes of the benchmark and of the stand-ins' training."""
 
     n_pairs: int = 48  # pairs per property in the test benchmark (the paper's 48)
-    n_train_pairs: int = 24  # pairs per property in the stand-ins' training benchmark
+    n_train_pairs: int = 12  # pairs per property in the stand-ins' training benchmark
     n_train: int = 3000  # training trials per stand-in model
     n_models: int = 8  # models per family
     n_seeds: int = 5  # seeds (benchmark + training + perception noise)
     seed: int = 0  # first seed
     counts: tuple[int, ...] = FRAME_COUNTS
-    PRESETS: ClassVar = {"smoke": {"n_pairs": 12, "n_train_pairs": 12, "n_train": 1500, "n_seeds": 3},
+    PRESETS: ClassVar = {"smoke": {"n_pairs": 6, "n_train_pairs": 6, "n_train": 1500, "n_seeds": 3},
                          "book": {}, "full": {"n_seeds": 10, "n_train": 6000}}
 
 
@@ -95,25 +102,44 @@ def answer_standins(models: list[StandIn], trials: pd.DataFrame, feats: np.ndarr
     keep = ["prop", "pair", "conserving", "truth", "selection", "n_frames", "template"]
     probe_rows = trials[(trials["n_frames"] == analysis.PROBE_FRAMES)
                         & (trials["selection"] == analysis.PROBE_SELECTION)]
-    groups = list(trials.groupby(["selection", "n_frames"], sort=False))
-    parts = []
+    groups = list(trials.groupby(["selection", "n_frames"], sort=False, observed=True))
+    order = np.concatenate([g.index.to_numpy() for _, g in groups])
+    base = pd.concat([trials.loc[order, keep].assign(probe="video"),
+                      probe_rows[keep].assign(probe="blank"), probe_rows[keep].assign(probe="text")],
+                     ignore_index=True)
+    logf = np.log1p(feats).astype(np.float32)
+
+    def prepared(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        onehot = np.zeros((len(g), len(PROPERTIES)), dtype=np.float32)
+        onehot[np.arange(len(g)), [PROPERTIES.index(p) for p in g["prop"]]] = 1.0
+        return onehot, np.array([PERMUTATIONS.index(o) for o in g["order"]])
+
+    ready = [(k, logf[g["video"].to_numpy()[:, None], np.array(g["frames"].tolist())], *prepared(g))
+             for (_, k), g in groups]
+    p_onehot, p_orders = prepared(probe_rows)
+    blank = np.zeros((len(probe_rows), analysis.PROBE_FRAMES, feats.shape[-1]), dtype=np.float32)
+    preds = []
     for mi, m in enumerate(models):
-        for gi, ((_, k), g) in enumerate(groups):
+        for gi, (k, f, onehot, orders) in enumerate(ready):
             rng = np.random.default_rng([seed, 11, mi, gi])
-            f = feats[g["video"].to_numpy()[:, None], np.array(g["frames"].tolist())]
-            pred = m.decide(f, np.full(len(g), k), g["prop"].tolist(), g["order"].tolist(), rng)
-            parts.append(g[keep].assign(model=m.name, probe="video", pred=pred))
+            preds.append(m.decide(f, np.full(len(f), k), onehot, orders, rng, logged=True))
         rng = np.random.default_rng([seed, 13, mi])
-        blank = np.zeros((len(probe_rows), analysis.PROBE_FRAMES, feats.shape[-1]))
-        pred = m.decide(blank, np.full(len(probe_rows), analysis.PROBE_FRAMES),
-                        probe_rows["prop"].tolist(), probe_rows["order"].tolist(), rng)
-        parts.append(probe_rows[keep].assign(model=m.name, probe="blank", pred=pred))
-        parts.append(probe_rows[keep].assign(model=m.name, probe="text",
-                                             pred=m.text_only(probe_rows["order"].tolist())))
-    out = pd.concat(parts, ignore_index=True)
-    for c in ("model", "prop", "truth", "selection", "template", "probe", "pred"):
-        out[c] = out[c].astype("category")
-    return out
+        preds.append(m.decide(blank, np.full(len(probe_rows), analysis.PROBE_FRAMES), p_onehot, p_orders,
+                              rng, logged=True))
+        preds.append(m.text_only(p_orders))
+    out = {}
+    for c in base.columns:  # one copy of the trial columns per model, as categorical codes
+        col = base[c].astype("category")
+        out[c] = pd.Categorical.from_codes(np.tile(col.cat.codes.to_numpy(), len(models)),
+                                           col.cat.categories)
+    out["model"] = pd.Categorical.from_codes(np.repeat(np.arange(len(models)), len(base)),
+                                             [m.name for m in models])
+    out["pred"] = pd.Categorical(np.concatenate(preds), categories=[*ANSWERS, "FAIL"])
+    df = pd.DataFrame(out)
+    for c in ("pair", "n_frames"):
+        df[c] = df[c].astype(int)
+    df["conserving"] = df["conserving"].astype(bool)
+    return df
 
 
 def baselines(trials: pd.DataFrame, seed: int) -> pd.DataFrame:
@@ -173,7 +199,8 @@ def run_experiment(cfg: Config) -> Experiment:
     fam_rows, model_rows, frame_rows, first = [], [], [], None
     for seed in progress(range(cfg.seed, cfg.seed + cfg.n_seeds), desc="seeds"):
         run = run_seed(cfg, seed)
-        fam = run.answers["model"].astype(str).map(family_of)
+        names = np.array(run.answers["model"].cat.categories)
+        fam = pd.Series([family_of(n) for n in names], index=names)[run.answers["model"]].to_numpy()
         mismatches = sum(measured_answer(v) != v.answer for v in run.videos)
         for f in FAMILIES:
             sub = run.answers[fam == f]

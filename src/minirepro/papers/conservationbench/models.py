@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
-from scipy import ndimage
 from sklearn.linear_model import LogisticRegression
 
-from minirepro.papers.conservationbench.conditions import LETTERS
+from minirepro.papers.conservationbench.conditions import LETTERS, PERMUTATIONS
 from minirepro.papers.conservationbench.generator import ANSWERS, INK_THRESHOLD, PROPERTIES
 
 FEATURES: tuple[str, ...] = ("count", "mass", "width", "height", "right")
@@ -90,10 +89,22 @@ def parse_response(text: str, options: Sequence[str]) -> str:
     return hits[0] if len(hits) == 1 else FAIL
 
 
+def _euler_number(ink: np.ndarray) -> np.ndarray:
+    """Euler number (components minus holes) of each ``(n, H, W)`` binary image, 4-connected,
+    by counting 2x2 quads (Gray 1971): ``(Q1 - Q3 + 2 QD) / 4``."""
+    p = np.pad(ink, ((0, 0), (1, 1), (1, 1))).astype(np.int8)
+    a, b, c, d = p[:, :-1, :-1], p[:, :-1, 1:], p[:, 1:, :-1], p[:, 1:, 1:]
+    s = a + b + c + d
+    diag = (s == 2) & (a == d)
+    q1, q3 = (s == 1).sum(axis=(1, 2)), (s == 3).sum(axis=(1, 2))
+    return (q1 - q3 + 2 * diag.sum(axis=(1, 2))) / 4
+
+
 def frame_features(frames: np.ndarray) -> np.ndarray:
     """[reconstruction] Per-frame measurements, ``(..., H, W)`` uint8 -> ``(..., 5)`` float.
 
-    count: connected dark components; mass: dark pixels; width, height: the dark
+    count: connected dark components (4-connected; computed as the Euler number, exact for
+    shapes without holes, which is all the benchmark draws); mass: dark pixels; width, height: the dark
     bounding box (px); right: the right-most dark column + 1 (0 when there is no ink).
     """
     frames = np.asarray(frames)
@@ -111,13 +122,7 @@ def frame_features(frames: np.ndarray) -> np.ndarray:
     out[:, 2] = np.where(has, last_c - first_c + 1, 0)
     out[:, 3] = np.where(has, last_r - first_r + 1, 0)
     out[:, 4] = np.where(has, last_c + 1, 0)
-    # components per frame in one call: the structure connects pixels within a frame only
-    struct = np.zeros((3, 3, 3), dtype=bool)
-    struct[1] = ndimage.generate_binary_structure(2, 1)
-    labels, _ = ndimage.label(flat, structure=struct)
-    top = labels.reshape(labels.shape[0], -1).max(axis=1)
-    before = np.concatenate([[0], np.maximum.accumulate(top)[:-1]])
-    out[:, 0] = np.where(top > 0, top - before, 0)
+    out[:, 0] = _euler_number(flat)
     return out.reshape(*ink.shape[:-2], len(FEATURES))
 
 
@@ -142,13 +147,14 @@ class StandInSpec:
             raise ValueError(f"{self.name}: sigma must be >= 0 and p_same in (0, 1)")
 
 
-def encode(feats: np.ndarray, lengths: np.ndarray, props: Sequence[str], temporal: bool) -> np.ndarray:
+def encode(feats: np.ndarray, lengths: np.ndarray, props: Sequence[str] | np.ndarray,
+           temporal: bool) -> np.ndarray:
     """The classifier's input: property one-hot times the change of the log features.
 
     Args:
         feats: ``(n, k_max, 5)`` noisy log features of the shown frames (padded).
         lengths: ``(n,)`` number of frames shown per trial (>= 2).
-        props: the property of each trial.
+        props: the property of each trial, or their ``(n, 4)`` one-hot rows.
         temporal: mean of the first vs the last third of the frames (else first vs last).
     Returns:
         ``(n, 4 * 5)`` array.
@@ -166,14 +172,17 @@ def encode(feats: np.ndarray, lengths: np.ndarray, props: Sequence[str], tempora
         delta = (feats * tail).sum(1) / third - (feats * head).sum(1) / third
     else:
         delta = last - feats[:, 0]
-    onehot = np.zeros((n, len(PROPERTIES)))
-    onehot[np.arange(n), [PROPERTIES.index(p) for p in props]] = 1.0
+    if isinstance(props, np.ndarray) and props.ndim == 2:
+        onehot = props
+    else:
+        onehot = np.zeros((n, len(PROPERTIES)))
+        onehot[np.arange(n), [PROPERTIES.index(p) for p in props]] = 1.0
     return (onehot[:, :, None] * delta[:, None, :]).reshape(n, -1)
 
 
 def noisy_log_features(feats: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
     """``log1p(features) + sigma * N(0, 1)``, independently per frame and feature."""
-    return np.log1p(feats) + sigma * rng.standard_normal(feats.shape)
+    return np.log1p(feats) + sigma * rng.standard_normal(feats.shape, dtype=np.float32)
 
 
 class StandIn:
@@ -204,16 +213,25 @@ class StandIn:
         """Answer log-probabilities, ``(n, 3)`` in ``ANSWERS`` order."""
         return np.log(np.clip(self._proba(x), 1e-12, None))
 
-    def choose(self, logits: np.ndarray, orders: Sequence[Sequence[str]]) -> np.ndarray:
-        """The answer with the highest logit plus the bias of the slot it sits in."""
-        table = {o: [self.spec.slot_bias[o.index(a)] for a in ANSWERS] for o in map(tuple, set(map(tuple, orders)))}
-        bias = np.array([table[tuple(o)] for o in orders])
-        return np.array(ANSWERS)[np.argmax(logits + bias, axis=1)]
+    def choose(self, logits: np.ndarray, orders: Sequence[Sequence[str]] | np.ndarray) -> np.ndarray:
+        """The answer with the highest logit plus the bias of the slot it sits in.
 
-    def decide(self, feats: np.ndarray, lengths: np.ndarray, props: Sequence[str],
-               orders: Sequence[Sequence[str]], rng: np.random.Generator) -> np.ndarray:
-        """Answers (``ANSWERS`` words) from raw frame features ``(n, k_max, 5)``."""
-        noisy = noisy_log_features(feats, self.spec.sigma, rng)
+        ``orders``: each trial's answers in slot order, or their indices in ``PERMUTATIONS``.
+        """
+        table = np.array([[self.spec.slot_bias[o.index(a)] for a in ANSWERS] for o in PERMUTATIONS])
+        if not (isinstance(orders, np.ndarray) and orders.dtype.kind in "iu"):
+            orders = np.array([PERMUTATIONS.index(tuple(o)) for o in orders], dtype=int)
+        return np.array(ANSWERS)[np.argmax(logits + table[orders], axis=1)]
+
+    def decide(self, feats: np.ndarray, lengths: np.ndarray, props: Sequence[str] | np.ndarray,
+               orders: Sequence[Sequence[str]] | np.ndarray, rng: np.random.Generator,
+               logged: bool = False) -> np.ndarray:
+        """Answers (``ANSWERS`` words) from frame features ``(n, k_max, 5)`` (raw, or already
+        ``log1p`` when ``logged``)."""
+        if logged:
+            noisy = feats + self.spec.sigma * rng.standard_normal(feats.shape, dtype=np.float32)
+        else:
+            noisy = noisy_log_features(feats, self.spec.sigma, rng)
         return self.choose(self.logits(encode(noisy, lengths, props, self.spec.temporal)), orders)
 
     def text_only(self, orders: Sequence[Sequence[str]]) -> np.ndarray:

@@ -35,7 +35,8 @@ def plot_frame_strips(videos: list[Video], pair: int = 0, n_frames: int = 5):
                 ax.set_yticks([])
                 if r == 0:
                     ax.set_title(f"t={t}", fontsize=9)
-            axes[r, c * n_frames].set_ylabel(prop, fontsize=10)
+            if c == 0:
+                axes[r, 0].set_ylabel(prop, fontsize=10)
             axes[r, c * n_frames + n_frames - 1].text(
                 1.05, 0.5, v.answer if not v.conserving else "", transform=axes[r, c * n_frames
                                                                                + n_frames - 1].transAxes,
@@ -50,12 +51,13 @@ def plot_c_vs_nc(table: pd.DataFrame):
     """Accuracy on conserving items against controls, one dot per (model, seed); the paper's
     own points (grey) and the always-"same" corner for reference. ``table`` has columns
     ``C, NC, family``."""
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(7.5, 6))
     for fam, g in table.groupby("family"):
         ax.scatter(100 * g["C"], 100 * g["NC"], s=22, alpha=0.75, color=family_color(fam),
                    label=FAMILY_LABEL.get(fam, fam))
-    for name, (c, nc) in PAPER_POINTS.items():
-        ax.scatter(c, nc, marker="x", color="0.35", s=40)
+    for i, (name, (c, nc)) in enumerate(PAPER_POINTS.items()):
+        ax.scatter(c, nc, marker="x", color="0.35", s=40,
+                   label="the paper's models (Tabs. 5-6)" if i == 0 else None)
         ax.annotate(name, (c, nc), xytext=(-6, 6), textcoords="offset points", fontsize=8,
                     color="0.3", ha="right")
     ax.scatter([100], [0], marker="s", color="k", s=30, label='always "same"')
@@ -63,9 +65,7 @@ def plot_c_vs_nc(table: pd.DataFrame):
     ax.axvline(100 / 3, color="0.5", ls=":", lw=1, label="chance (1/3)")
     ax.set(xlabel="accuracy on conserving items, C (%)", ylabel="accuracy on controls, NC (%)",
            xlim=(0, 104), ylim=(-3, 104))
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=9, frameon=False)
-    ax.text(1.02, 0.25, "grey crosses: the\npaper's models\n(Tabs. 5-6)", transform=ax.transAxes,
-            fontsize=8, color="0.3")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=9, frameon=False)
     fig.tight_layout()
     return fig
 
@@ -74,7 +74,7 @@ def plot_ablations(answers: pd.DataFrame):
     """Share of "same" answers with the video, with blank frames and with no image, per
     family (mean over models, one seed); the dotted line is an unbiased third."""
     fam = answers["model"].astype(str).str.split("-").str[0]
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
     probes = ["video", "blank", "text"]
     labels = {"video": "with the video\n(7 frames)", "blank": "blank frames", "text": "text only"}
     width = 0.38
@@ -90,7 +90,7 @@ def plot_ablations(answers: pd.DataFrame):
     ax.axhline(50, color="0.7", ls="--", lw=1, label='share of "same" items (1/2)')
     ax.set_xticks(range(len(probes)), [labels[p] for p in probes])
     ax.set(ylabel='answers "same" (%)', ylim=(0, 112))
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=9, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=9, frameon=False)
     fig.tight_layout()
     return fig
 
@@ -98,7 +98,7 @@ def plot_ablations(answers: pd.DataFrame):
 def plot_frame_counts(by_frames: pd.DataFrame):
     """Accuracy against the number of frames shown: thin lines per (model, seed), thick per
     family mean. ``by_frames`` has columns ``family, model, seed, n_frames, acc``."""
-    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
     for fam, g in by_frames.groupby("family"):
         for _, m in g.groupby(["model", "seed"]):
             ax.plot(m["n_frames"], 100 * m["acc"], color=family_color(fam), alpha=0.15, lw=0.8)
@@ -107,6 +107,6 @@ def plot_frame_counts(by_frames: pd.DataFrame):
                 label=FAMILY_LABEL.get(fam, fam))
     ax.axhline(100 / 3, color="0.5", ls=":", lw=1, label="chance (1/3)")
     ax.set(xlabel="frames shown", ylabel="item accuracy (%)", xticks=sorted(by_frames["n_frames"].unique()))
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=9, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=9, frameon=False)
     fig.tight_layout()
     return fig
