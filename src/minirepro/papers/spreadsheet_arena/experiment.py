@@ -10,6 +10,7 @@ import pandas as pd
 from scipy.stats import chi2, kendalltau
 
 from minirepro.core import ScaledConfig, progress, set_seed
+from minirepro.core.stats import seed_summary
 from minirepro.papers.spreadsheet_arena import ratings as R
 from minirepro.papers.spreadsheet_arena.expert import expert_score, expert_table, pairwise_agreement
 from minirepro.papers.spreadsheet_arena.generators import default_generators
@@ -277,22 +278,26 @@ def ranking_tau(board: pd.DataFrame, truth: dict[str, float]) -> float:
 
 def rating_table(runs: list[SeedRun], truth: dict[str, float]) -> pd.DataFrame:
     """Per generator: true rating, mean and s.d. over seeds of the fitted rating, mean interval
-    width, and the online-Elo spread (max - min over orders, mean over seeds)."""
-    rows = []
-    for m in truth:
-        r = [run.board.set_index("model").loc[m] for run in runs]
-        k = list(truth).index(m)
-        rows.append({"model": m, "true": truth[m], "fitted (mean)": np.mean([x["rating"] for x in r]),
-                     "fitted (sd)": np.std([x["rating"] for x in r]),
-                     "95% interval width": np.mean([x["upper"] - x["lower"] for x in r]),
-                     "online-Elo spread": np.mean([np.ptp(run.orders[:, k]) for run in runs])})
+    width (both via :func:`minirepro.core.stats.seed_summary`), and the online-Elo spread
+    (max - min over orders, mean over seeds)."""
+    long = pd.DataFrame([{"model": m, "seed": run.seed, "rating": row["rating"],
+                          "width": row["upper"] - row["lower"]}
+                         for run in runs for m, row in run.board.set_index("model").iterrows()])
+    summ = seed_summary(long, "model", ["rating", "width"])
+    rows = [{"model": m, "true": truth[m], "fitted (mean)": summ.loc[m, "rating mean"],
+             "fitted (sd)": summ.loc[m, "rating std"], "95% interval width": summ.loc[m, "width mean"],
+             "online-Elo spread": np.mean([np.ptp(run.orders[:, k]) for run in runs])}
+            for k, m in enumerate(truth)]
     return pd.DataFrame(rows).sort_values("true", ascending=False, ignore_index=True)
 
 
 def mean_style_frame(runs: list[SeedRun]) -> pd.DataFrame:
     """Planted vs fitted gamma averaged over seeds (s.e. averaged too), long format."""
-    frames = [run.style.frame() for run in runs]
+    frames = [run.style.frame().assign(seed=run.seed) for run in runs]
+    long = pd.concat(frames, ignore_index=True)
+    summ = seed_summary(long, ["category", "feature"], ["fitted", "se"])
     out = frames[0][["category", "feature", "planted"]].copy()
-    out["fitted"] = np.mean([f["fitted"] for f in frames], axis=0)
-    out["se"] = np.mean([f["se"] for f in frames], axis=0)
+    keys = list(zip(out["category"], out["feature"]))
+    out["fitted"] = summ.loc[keys, "fitted mean"].to_numpy()
+    out["se"] = summ.loc[keys, "se mean"].to_numpy()
     return out
