@@ -151,6 +151,22 @@ def _cmd_book(args) -> int:
     return 0
 
 
+def _cmd_bench(args) -> int:
+    from minirepro import bench
+
+    scales = [s.strip() for s in args.scales.split(",") if s.strip()]
+    bad = [s for s in scales if s not in SCALES]
+    if bad or not scales:
+        return _fail(f"unknown scale(s) {', '.join(bad) or '(none)'}; expected some of {', '.join(SCALES)}")
+    chapters = [c for item in (args.chapters or []) for c in item.split(",") if c]
+    for n in chapters:
+        get(n)
+    path = bench.bench(scales, chapters or None, cap=args.cap)
+    print(path.with_suffix(".md").read_text(), end="")
+    print(f"cost table: {path} and {path.with_suffix('.md')}")
+    return 0
+
+
 def _cmd_artifacts(args) -> int:
     from minirepro.core import artifacts
 
@@ -202,7 +218,7 @@ def _cmd_artifacts(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="minirepro", description="Run the chapters of the minirepro book.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
-                                metavar="{list,run,sweep,claims,goldens,book,artifacts,arena,"
+                                metavar="{list,run,sweep,claims,goldens,book,bench,artifacts,arena,"
                                         "conservationbench}")
 
     p = sub.add_parser("list", help="chapters, their parameters and defaults")
@@ -250,6 +266,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="notebooks executed at once before rendering (default: the cores, at most "
                         "the notebooks; 0: Sphinx executes them one after another)")
     p.set_defaults(func=_cmd_book)
+
+    p = sub.add_parser("bench", help="measure each chapter's time and peak memory per scale")
+    p.add_argument("--scales", default="smoke,book", help="comma-separated (default: smoke,book)")
+    p.add_argument("--chapters", nargs="*", metavar="CHAPTER", help="chapters (default: all)")
+    p.add_argument("--cap", type=float, default=1800.0,
+                   help="seconds after which a full-scale run is stopped and recorded as a lower bound")
+    p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("artifacts", help="trained models committed under artifacts/")
     acts = p.add_subparsers(dest="action", required=True, parser_class=_Parser)

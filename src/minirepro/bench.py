@@ -1,0 +1,211 @@
+"""``minirepro bench``: what each chapter costs, measured, per scale.
+
+Each (chapter, scale) runs in a fresh process (``minirepro run`` in a child
+Python: papermill, then a fresh kernel). Recorded per cell:
+
+- ``seconds``: the run's execution time (what ``minirepro run`` reports), and
+  ``wall_seconds``: the whole child process, interpreter start included;
+- ``peak_rss_mb``: the peak resident memory of the kernel *and its children*,
+  the larger of (a) the sum of their RSS polled every ``POLL`` seconds with
+  psutil and (b) ``getrusage(RUSAGE_CHILDREN).ru_maxrss`` taken in the child
+  after papermill and the kernel were reaped (the largest single process, so a
+  peak shorter than the polling interval is still caught);
+- the machine's load average before and after, the date and the CPU model.
+
+A cell over its scale's budget (``BUDGETS``: 20 s smoke, 120 s book) is marked
+``over``. ``full`` is timed only when asked (``--scales ...,full``), under a cap
+(``--cap``): a run stopped at the cap is recorded as "more than cap seconds", a
+measured lower bound, never a guess.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from minirepro.chapters import discover, get, repo_root
+
+BUDGETS = {"smoke": 20.0, "book": 120.0}  # seconds on a quiet machine (the chapter contract)
+POLL = 0.1  # seconds between two memory samples
+
+_CHILD = r"""
+import json, resource, sys
+from pathlib import Path
+from minirepro.runner import RunFailed, run_chapter
+chapter, scale, runs = sys.argv[1:4]
+out = {"ok": True}
+try:
+    run = run_chapter(chapter, scale=scale, runs_dir=Path(runs), quiet_bars=True)
+    out["seconds"] = run.results["seconds"]
+    out["folder"] = str(run.folder)
+except RunFailed as exc:
+    out.update(ok=False, error=str(exc))
+out["children_maxrss_kb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print("BENCH " + json.dumps(out))
+"""
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _kernel_tree_rss(proc) -> tuple[int, bool]:
+    """RSS (bytes) summed over every kernel under ``proc`` and its children; and whether one ran."""
+    import psutil
+
+    total, seen = 0, False
+    try:
+        procs = proc.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0, False
+    kernels = []
+    for p in procs:
+        try:
+            if "ipykernel" in " ".join(p.cmdline()):
+                kernels.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    for k in kernels:
+        seen = True
+        try:
+            for p in [k, *k.children(recursive=True)]:
+                try:
+                    total += p.memory_info().rss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+        except psutil.NoSuchProcess:
+            pass
+    return total, seen
+
+
+def measure(chapter: str, scale: str, root: Path | None = None, cap: float | None = None) -> dict[str, Any]:
+    """Run one chapter at ``scale`` in a fresh process; return its time and peak memory."""
+    import psutil
+
+    root = (root or repo_root()).resolve()
+    ch = get(chapter, root)
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="minirepro-bench-") as runs:
+        env = dict(os.environ, MINIREPRO_ROOT=str(root), TQDM_DISABLE="1")
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD, ch.name, scale, runs], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        ps = psutil.Process(proc.pid)
+        peak, kernel_seen, stopped = 0, False, False
+        while proc.poll() is None:
+            rss, seen = _kernel_tree_rss(ps)
+            peak, kernel_seen = max(peak, rss), kernel_seen or seen
+            if cap is not None and time.perf_counter() - t0 > cap:
+                for p in [*ps.children(recursive=True), ps]:
+                    try:
+                        p.kill()
+                    except psutil.NoSuchProcess:
+                        pass
+                stopped = True
+                break
+            time.sleep(POLL)
+        stdout, _ = proc.communicate()
+        wall = time.perf_counter() - t0
+    cell: dict[str, Any] = {"chapter": ch.name, "scale": scale, "wall_seconds": round(wall, 1),
+                            "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
+                            "budget": BUDGETS.get(scale)}
+    if stopped:
+        cell.update(status="stopped", seconds=None, at_least_seconds=round(cap, 0),
+                    peak_rss_mb=round(peak / 2**20, 0) if kernel_seen else None)
+        return cell
+    line = next((ln for ln in stdout.splitlines() if ln.startswith("BENCH ")), None)
+    res = json.loads(line[6:]) if line else {"ok": False, "error": f"exit status {proc.returncode}"}
+    maxrss = res.get("children_maxrss_kb", 0) * 1024  # Linux: kilobytes
+    cell.update(status="ok" if res["ok"] else "failed", seconds=res.get("seconds"),
+                peak_rss_mb=round(max(peak, maxrss) / 2**20, 0),
+                polled_kernel_rss_mb=round(peak / 2**20, 0), maxrss_mb=round(maxrss / 2**20, 0))
+    if not res["ok"]:
+        cell["error"] = res.get("error", "")[-300:]
+    cell["over"] = bool(cell["budget"] and cell["seconds"] and cell["seconds"] > cell["budget"])
+    return cell
+
+
+def bench(scales: list[str], chapters: list[str] | None = None, root: Path | None = None,
+          cap: float | None = None, out: Path | None = None) -> Path:
+    """Measure every chapter (or ``chapters``) at every scale; merge into ``book/cost.json``.
+
+    Cells of an earlier bench that were not re-measured are kept, with their own date,
+    so a partial bench adds to the table instead of replacing it. Writes
+    ``book/cost.md`` (the table the how-to page includes) beside it.
+    """
+    root = (root or repo_root()).resolve()
+    names = [get(n, root).name for n in chapters] if chapters else [c.name for c in discover(root)]
+    out = out or root / "book" / "cost.json"
+    old = json.loads(out.read_text()) if out.exists() else {"cells": []}
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    machine = {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()}
+    cells = {(c["chapter"], c["scale"]): c for c in old.get("cells", [])}
+    for name in names:
+        for scale in scales:
+            cell = measure(name, scale, root, cap=cap if scale == "full" else None)
+            cell.update(date=now, **machine)
+            cells[(name, scale)] = cell
+            print(f"bench: {name} {scale}: {_cell_text(cell)}, peak {cell.get('peak_rss_mb')} MB "
+                  f"(load {cell['load_before']})", flush=True)
+    record = {"note": "seconds of `minirepro run` per chapter and scale; peak RSS of the kernel "
+                      "and its children; load = 1-minute load average when the run started",
+              "budgets": BUDGETS, "cells": sorted(cells.values(), key=lambda c: (c["chapter"], c["scale"]))}
+    out.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    out.with_suffix(".md").write_text(cost_markdown(record), encoding="utf-8")
+    return out
+
+
+def _cell_text(cell: dict[str, Any]) -> str:
+    if cell.get("status") == "stopped":
+        return f"more than {cell['at_least_seconds']:.0f} s (stopped)"
+    if cell.get("status") == "failed":
+        return "failed"
+    text = f"{cell['seconds']:.0f} s"
+    return f"{text} **over**" if cell.get("over") else text
+
+
+def cost_markdown(record: dict[str, Any]) -> str:
+    """The cost table: a row per chapter, time and peak memory per scale, the machine named."""
+    cells = record.get("cells", [])
+    if not cells:
+        return "No chapter has been measured yet: run `minirepro bench`.\n"
+    scales = [s for s in ("smoke", "book", "full") if any(c["scale"] == s for c in cells)]
+    head = "| chapter | " + " | ".join(f"{s}: time | {s}: peak memory" for s in scales) + " |"
+    lines = [head, "|---|" + "---:|---:|" * len(scales)]
+    for name in sorted({c["chapter"] for c in cells}):
+        row = [name]
+        for s in scales:
+            c = next((c for c in cells if c["chapter"] == name and c["scale"] == s), None)
+            if c is None:
+                row += ["not measured", ""]
+            else:
+                mem = f"{c['peak_rss_mb']:.0f} MB" if c.get("peak_rss_mb") is not None else ""
+                row += [_cell_text(c), mem]
+        lines.append("| " + " | ".join(row) + " |")
+    dates = sorted({c["date"] for c in cells})
+    cpus = sorted({f"{c['cpu']} ({c['cores']} cores)" for c in cells})
+    loads = [c["load_before"] for c in cells]
+    budgets = ", ".join(f"{s} {b:.0f} s" for s, b in record.get("budgets", BUDGETS).items())
+    lines += ["", f"Measured {', '.join(dates)} on {'; '.join(cpus)}, one chapter at a time, each "
+              f"in a fresh process; load average {min(loads):.1f} to {max(loads):.1f} when the runs "
+              f"started (with other work on the machine, times are inflated). Time: the run's "
+              f"execution; peak memory: the kernel and its children. **over**: more than the "
+              f"scale's budget on a quiet machine ({budgets}). `full` is timed only on request "
+              f"(`minirepro bench --scales full --cap SECONDS`); a run stopped at the cap shows "
+              f"\"more than\" that many seconds."]
+    return "\n".join(lines) + "\n"
