@@ -260,3 +260,10 @@ def test_training_lowers_infonce_and_the_rank_bottleneck_holds():
     np.testing.assert_allclose(ex[0] - ex[0] @ a @ a.T, 0.0, atol=1e-6)  # x stays in A
     np.testing.assert_allclose(ey[0] - ey[0] @ b @ b.T, 0.0, atol=1e-6)  # y stays in B
     assert np.linalg.matrix_rank(ex[0], tol=1e-6) <= 5 < 6
+
+
+def test_experiment_refuses_unknown_data_sets_and_no_seeds():
+    with pytest.raises(ValueError, match="datasets"):
+        ssa.run_experiment(ssa.Config(datasets=("cifar",)), [0])
+    with pytest.raises(ValueError, match="at least one seed"):
+        ssa.run_experiment(ssa.Config(), [])

@@ -22,14 +22,14 @@ class Config(ScaledConfig):
     """Sizes of the miniature (the paper: CLIP ViT-B/32 and ViT-L/14, 512-768-d, frozen)."""
 
     n_seeds: int = 5
-    phis: tuple[float, ...] = (0.0, 30.0, 60.0, 90.0)
+    phis: tuple[float, ...] = (0.0, 45.0, 90.0)
     dim: int = 8
     rank: int = 7
     n_own: int = 1
     hidden: int = 64
-    steps: int = 400
-    lr: float = 3e-3
-    batch_size: int = 128
+    steps: int = 300
+    lr: float = 5e-3
+    batch_size: int = 64
     lambda_gap: float = 2.0
     lambda_ssa: float = 0.5
     ssa_every: int = 50
@@ -37,14 +37,15 @@ class Config(ScaledConfig):
     n_est: int = 256
     n_test: int = 500
     noise: float = 0.3
-    digits_phi: float = 60.0
+    digits_phi: float = 90.0
     digits_train: int = 1000
     digits_est: int = 297
     digits_test: int = 500
     caption_noise: float = 0.3
+    datasets: tuple[str, ...] = ("synthetic", "digits")
     PRESETS: ClassVar = {
-        "smoke": {"n_seeds": 1, "phis": (0.0, 60.0), "steps": 120, "n_train": 512, "n_est": 200,
-                  "n_test": 300, "digits_train": 600, "digits_est": 200, "digits_test": 300},
+        "smoke": {"n_seeds": 1, "phis": (0.0, 90.0), "steps": 100, "n_train": 384, "n_est": 200,
+                  "n_test": 300, "digits_train": 500, "digits_est": 200, "digits_test": 300},
         "book": {},
         "full": {"n_seeds": 10, "phis": (0.0, 15.0, 30.0, 45.0, 60.0, 75.0, 90.0), "dim": 32,
                  "rank": 31, "hidden": 256, "steps": 3000, "n_train": 8192, "batch_size": 512},
@@ -106,18 +107,26 @@ def _grid(cfg: Config, name: str, seeds: list[int], phis: list[float], data: dic
 def run_experiment(cfg: Config, seeds: list[int]) -> Experiment:
     """[reconstruction] The miniature: train CLIP, gap-penalty and SSA encoders for every seed and
     collapse angle on the synthetic pairs (and every seed at ``digits_phi`` on the digits
-    pair), add the post-hoc arms (SSP, translation) to each CLIP run, and measure them all.
+    pair; ``cfg.datasets`` picks the data sets), add the post-hoc arms (SSP, translation) to each CLIP run, and measure them all.
 
     A seed fixes the data split, the synthetic data and the initial weights, shared by the
     arms of that seed (a paired design).
     """
     if not seeds:
         raise ValueError("run_experiment needs at least one seed")
+    unknown = set(cfg.datasets) - {"synthetic", "digits"}
+    if unknown or not cfg.datasets:
+        raise ValueError(f"datasets must be a non-empty subset of synthetic, digits; got {cfg.datasets}")
     phis = [float(p) for p in cfg.phis]
-    syn = {s: synthetic_pairs(cfg.n_train, cfg.n_est, cfg.n_test, seed=s, noise=cfg.noise) for s in seeds}
-    dig = {s: digits_pairs(cfg.digits_train, cfg.digits_est, cfg.digits_test, seed=s,
-                           caption_noise=cfg.caption_noise) for s in seeds}
-    example_phi = max(phis, key=lambda p: (p == cfg.digits_phi, p))
-    r1, c1, i1, e1 = _grid(cfg, "synthetic", seeds, phis, syn, example_phi)
-    r2, c2, i2, e2 = _grid(cfg, "digits", seeds, [float(cfg.digits_phi)], dig, float(cfg.digits_phi))
-    return Experiment(pd.DataFrame(r1 + r2), pd.DataFrame(c1 + c2), pd.DataFrame(i1 + i2), e1 | e2)
+    rows, curves, init, examples = [], [], [], {}
+    if "synthetic" in cfg.datasets:
+        syn = {s: synthetic_pairs(cfg.n_train, cfg.n_est, cfg.n_test, seed=s, noise=cfg.noise) for s in seeds}
+        example_phi = max(phis, key=lambda p: (p == cfg.digits_phi, p))
+        r, c, i, e = _grid(cfg, "synthetic", seeds, phis, syn, example_phi)
+        rows, curves, init, examples = rows + r, curves + c, init + i, examples | e
+    if "digits" in cfg.datasets:
+        dig = {s: digits_pairs(cfg.digits_train, cfg.digits_est, cfg.digits_test, seed=s,
+                               caption_noise=cfg.caption_noise) for s in seeds}
+        r, c, i, e = _grid(cfg, "digits", seeds, [float(cfg.digits_phi)], dig, float(cfg.digits_phi))
+        rows, curves, init, examples = rows + r, curves + c, init + i, examples | e
+    return Experiment(pd.DataFrame(rows), pd.DataFrame(curves), pd.DataFrame(init), examples)

@@ -14,25 +14,30 @@ MODALITY_COLORS = {"x": "#0072B2", "y": "#D55E00"}
 
 def plot_embeddings(examples: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]], data: str,
                     arms: list[str], n_points: int = 150) -> Figure:
-    """Both modalities' test embeddings on the top two principal directions of their union,
-    one panel per arm, with the two modality means (stars) and 8 pairs joined by lines."""
-    fig, axes = plt.subplots(1, len(arms), figsize=(8, 2.6), squeeze=False)
+    """Both modalities' test embeddings in the plane of the gap: the horizontal axis is the
+    direction of μ_x - μ_y, the vertical one the top principal direction orthogonal to it.
+    One panel per arm; stars are the modality means; 8 pairs are joined by grey lines."""
+    fig, axes = plt.subplots(1, len(arms), figsize=(8, 2.8), squeeze=False, sharex=True, sharey=True)
     for ax, arm in zip(axes[0], arms, strict=True):
         x, y = examples[(data, arm)]
+        g = x.mean(0) - y.mean(0)
+        g = g / max(np.linalg.norm(g), 1e-12)
         both = np.vstack([x, y])
-        _, _, vt = np.linalg.svd(both - both.mean(0), full_matrices=False)
-        px, py = x[:n_points] @ vt[:2].T, y[:n_points] @ vt[:2].T
+        rest = both - np.outer(both @ g, g)
+        _, _, vt = np.linalg.svd(rest - rest.mean(0), full_matrices=False)
+        axes2 = np.stack([g, vt[0]])
+        px, py = x[:n_points] @ axes2.T, y[:n_points] @ axes2.T
         for i in range(8):
-            ax.plot([px[i, 0], py[i, 0]], [px[i, 1], py[i, 1]], color="0.6", lw=0.7, zorder=1)
+            ax.plot([px[i, 0], py[i, 0]], [px[i, 1], py[i, 1]], color="0.5", lw=0.7, zorder=1)
         ax.scatter(*px.T, s=6, color=MODALITY_COLORS["x"], alpha=0.6, label="image / view x", zorder=2)
         ax.scatter(*py.T, s=6, color=MODALITY_COLORS["y"], alpha=0.6, label="caption / view y", zorder=2)
         for arr, c in ((x, "x"), (y, "y")):
-            m = arr.mean(0) @ vt[:2].T
-            ax.scatter(*m, marker="*", s=160, color=MODALITY_COLORS[c], edgecolor="k", zorder=3)
+            ax.scatter(*(arr.mean(0) @ axes2.T), marker="*", s=170, color=MODALITY_COLORS[c],
+                       edgecolor="k", zorder=3)
         ax.set_title(arm, fontsize=10)
-        ax.set_xlabel("PC 1", fontsize=9)
+        ax.set_xlabel("along μ_x − μ_y", fontsize=9)
         ax.tick_params(labelsize=8)
-    axes[0, 0].set_ylabel("PC 2", fontsize=9)
+    axes[0, 0].set_ylabel("top other direction", fontsize=9)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9, bbox_to_anchor=(0.5, -0.08),
                markerscale=3)
