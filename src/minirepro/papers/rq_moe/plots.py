@@ -7,6 +7,7 @@ import pandas as pd
 from matplotlib import ticker
 
 from minirepro.core import color
+from minirepro.core.stats import seed_summary
 from minirepro.papers.rq_moe.experiment import METHODS
 
 MARKERS = {"RQ-MoE": "o", "QINCo": "s", "RQ": "^", "RQ (beam 8)": "v", "PQ": "D", "OPQ": "P",
@@ -50,9 +51,9 @@ def plot_relative_mse(df: pd.DataFrame) -> plt.Figure:
         sub = df[df.dataset == ds]
         base = sub[sub.method == "RQ"].set_index("seed").mse
         rel = sub.assign(rel=sub.mse / sub.seed.map(base))
-        stats = rel.groupby("method").rel.agg(["mean", "std"]).reindex(
+        stats = seed_summary(rel, "method", "rel").reindex(
             [m for m in METHODS if m in set(rel.method)])
-        ax.barh(stats.index, stats["mean"], xerr=stats["std"].fillna(0),
+        ax.barh(stats.index, stats["rel mean"], xerr=stats["rel std"].fillna(0),
                 color=[color(m) for m in stats.index])
         ax.axvline(1.0, color="black", lw=0.8, ls="--")
         ax.set(xlabel="MSE relative to plain RQ (beam 1)", title=ds)
