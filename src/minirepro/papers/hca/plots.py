@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from minirepro.core import color
+from minirepro.core.stats import seed_summary
 from minirepro.papers.hca.evidence import knowledge_graph, pcmci_variables
 from minirepro.papers.hca.experiment import METHODS, Run
 from minirepro.papers.hca.plants import get_plant
@@ -120,7 +121,7 @@ def plot_graphs(run: Run, alpha: float = 0.01) -> plt.Figure:
 
 
 def plot_accuracy(acc: pd.DataFrame) -> plt.Figure:
-    """Accuracy by method and domain against each oracle; error bars: std over runs."""
+    """Accuracy by method and domain against each oracle; error bars: std over seeds."""
     oracles = list(dict.fromkeys(acc["oracle"]))
     domains = list(dict.fromkeys(acc["domain"])) + ["all"]
     fig, axes = plt.subplots(1, len(oracles), figsize=(12, 4.2), sharey=True)
@@ -136,8 +137,9 @@ def plot_accuracy(acc: pd.DataFrame) -> plt.Figure:
                     s = s[s["domain"] == dom]
                 else:
                     s = s.groupby("seed")["accuracy"].mean().rename("accuracy").reset_index()
-                means.append(s["accuracy"].mean())
-                stds.append(s["accuracy"].std(ddof=0) if len(s) > 1 else 0.0)
+                row = seed_summary(s.assign(all=0), "all", "accuracy").iloc[0]
+                means.append(row["accuracy mean"])
+                stds.append(0.0 if np.isnan(row["accuracy std"]) else row["accuracy std"])
             x = np.arange(len(domains)) + (m - (len(METHODS) - 1) / 2) * width
             hatch = "//" if meth.startswith("HCA without") else None
             ax.bar(x, means, width, yerr=stds, color=color(meth), label=meth, hatch=hatch,
