@@ -227,7 +227,7 @@ def record_metric(name: str, value: float | int | str | bool, *, rtol: float | N
 
 def declare_claim(id: str, statement: str, paper_value: str, rule: Rule | str, setting: str = "",
                   *, kind: str = "paper", n_seeds: int | None = None,
-                  machine_dependent: bool = False) -> Claim:
+                  machine_dependent: bool = False, flag: str | None = None) -> Claim:
     """State a claim and the rule for its verdict, before the experiment runs.
 
     Args:
@@ -243,15 +243,19 @@ def declare_claim(id: str, statement: str, paper_value: str, rule: Rule | str, s
             give "reproduced" with that many is flagged (``claim.flag``) here, before the run.
         machine_dependent: the verdict depends on the machine (e.g. a timing), so it is
             left out of :func:`verdict_lines`.
+        flag: why the rule cannot give "reproduced" in this setting, when the chapter knows
+            it beforehand (e.g. every method already sits at the optimum); joined with
+            any problem the rule itself finds.
     """
     if not id or any(ch.isspace() for ch in id):
         raise ValueError(f"claim id must be a non-empty word, got {id!r}")
     if kind not in KINDS:
         raise ValueError(f"claim kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if isinstance(rule, Rule):
-        sentence, obj, flag = rule.sentence(), rule, rule.design_problem(n_seeds)
+        sentence, obj = rule.sentence(), rule
+        flag = "; ".join(f for f in (flag, rule.design_problem(n_seeds)) if f) or None
     elif isinstance(rule, str) and rule.strip():
-        sentence, obj, flag = rule, None, None
+        sentence, obj = rule, None
     else:
         raise ValueError(f"claim {id!r} needs its verdict rule stated before the run")
     claim = Claim(id=id, statement=statement, paper_value=paper_value, rule=sentence,

@@ -15,6 +15,9 @@ The kinds:
     "on par": two one-sided tests (TOST) with a stated margin, plus a power check:
     the method must differ from a trivial or start-point baseline by more than the
     margin, or the comparison cannot tell "on par" from "did nothing".
+:class:`NonInferior`
+    "on par or better": one-sided, the interval of the improvement must lie above
+    ``-margin``, with the same power check as ``Equivalent``.
 :class:`Threshold`
     a bound that must hold on every seed (``over="every"``) or for the interval
     of the mean (``over="interval"``), with an optional looser bound that defines "partly".
@@ -225,6 +228,74 @@ class Equivalent(Rule):
 
 
 @dataclass(frozen=True)
+class NonInferior(Rule):
+    """"On par or better": a one-sided test that the method is not worse by more than a margin.
+
+    ``decide(method=[...], baseline=[...], trivial=[...])``: per-seed values aligned by seed.
+    The improvement is oriented by ``higher_is_better``. Verdicts: *not testable at this
+    scale* with fewer than 2 seeds or when the power check fails (as in
+    :class:`Equivalent`: the method must differ from ``trivial`` by more than the margin);
+    *reproduced* if the lower end of the ``1 - 2 alpha`` t interval of the improvement lies
+    above ``-margin``; *partly* if only the mean does; *not reproduced* otherwise.
+    """
+
+    metric: str
+    margin: float
+    higher_is_better: bool = True
+    method_name: str = "the method"
+    baseline_name: str = "the baseline"
+    trivial_name: str = "the trivial baseline"
+    level: float = 0.95
+    unit: str = ""
+
+    def __post_init__(self) -> None:
+        if not (self.margin > 0 and math.isfinite(self.margin)):
+            raise ValueError(f"non-inferiority margin must be a positive finite number, got {self.margin}")
+        if not 0.5 < self.level < 1:
+            raise ValueError(f"level must be in (0.5, 1), got {self.level}")
+
+    def sentence(self) -> str:
+        u = f" {self.unit}" if self.unit else ""
+        inner = round(100 * (1 - 2 * (1 - self.level)))
+        direction = "higher" if self.higher_is_better else "lower"
+        return (f"{self.method_name} is on par with or better than {self.baseline_name} on "
+                f"{self.metric} ({direction} is better): reproduced if the lower end of the {inner}% t "
+                f"interval of the paired improvement lies above -{_num(self.margin)}{u}; partly if only "
+                f"the mean does; not reproduced otherwise; not testable if {self.method_name} is not "
+                f"measurably more than {_num(self.margin)}{u} away from {self.trivial_name} or with "
+                f"fewer than 2 seeds.")
+
+    def design_problem(self, n_seeds: int | None) -> str | None:
+        if n_seeds is not None and n_seeds < 2:
+            return f"{n_seeds} seed(s): a paired interval needs at least 2, so this rule cannot give 'reproduced'"
+        return None
+
+    def decide(self, method: Sequence[float], baseline: Sequence[float],
+               trivial: Sequence[float]) -> Outcome:
+        a, b, z = as_sample(method, "method"), as_sample(baseline, "baseline"), as_sample(trivial, "trivial")
+        if not (a.shape == b.shape == z.shape):
+            raise ValueError(f"method, baseline and trivial must be aligned by seed: {a.size}, {b.size}, {z.size}")
+        u = f" {self.unit}" if self.unit else ""
+        gain = a - b if self.higher_is_better else b - a
+        ci = t_interval(gain, 1 - 2 * (1 - self.level))
+        power = t_interval(a - z, self.level)
+        powered = power.n >= 2 and power.excludes(0.0) and abs(power.estimate) > self.margin
+        text = (f"improvement {ci.describe(3)}{u}, margin -{_num(self.margin)}{u}; "
+                f"vs {self.trivial_name}: {_num(power.estimate)}{u}")
+        details = {"estimate": ci.estimate, "low": ci.low, "high": ci.high, "n": ci.n,
+                   "margin": self.margin, "power_estimate": power.estimate, "powered": powered}
+        if a.size < 2:
+            return Outcome(NOT_TESTABLE, text + "; fewer than 2 seeds", details)
+        if not powered:
+            return Outcome(NOT_TESTABLE, text + " (no power: not distinguishable from doing nothing)", details)
+        if ci.low > -self.margin:
+            return Outcome(REPRODUCED, text, details)
+        if ci.estimate > -self.margin:
+            return Outcome(PARTLY, text + " (mean above the margin, interval not)", details)
+        return Outcome(NOT_REPRODUCED, text, details)
+
+
+@dataclass(frozen=True)
 class Threshold(Rule):
     """A bound on a metric: ``below`` or ``above`` ``bound``.
 
@@ -346,4 +417,4 @@ class AllOf(Rule):
 
 
 __all__ = ["NOT_REPRODUCED", "NOT_TESTABLE", "PARTLY", "REPRODUCED", "VERDICTS", "AllOf", "Better",
-           "Equivalent", "Outcome", "Rule", "Threshold"]
+           "Equivalent", "NonInferior", "Outcome", "Rule", "Threshold"]

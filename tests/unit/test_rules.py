@@ -151,3 +151,22 @@ def test_declare_seeds_refuses_overlap(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="at least one"):
         results.declare_seeds([])
     results.reset()
+
+
+def test_noninferior_each_verdict_and_a_win_is_reproduced():
+    from minirepro.rules import NonInferior
+    r = NonInferior("MSE", margin=0.02, higher_is_better=False, trivial_name="the RQ start")
+    base = np.array([0.30, 0.31, 0.29, 0.30, 0.32])
+    start = base + 0.2
+    assert r.decide(method=base - 0.05, baseline=base, trivial=start).verdict == REPRODUCED  # a win
+    noisy = base + np.array([0.03, -0.04, 0.035, -0.03, 0.02])
+    assert r.decide(method=noisy, baseline=base, trivial=start).verdict == PARTLY
+    assert r.decide(method=base + 0.1, baseline=base, trivial=start).verdict == NOT_REPRODUCED
+    assert r.decide(method=base, baseline=base, trivial=base + 0.001).verdict == NOT_TESTABLE
+
+
+def test_a_known_flag_is_kept_with_the_rule_s_own():
+    results.reset()
+    c = results.declare_claim("qp", "A beats B.", "-", rule=B, n_seeds=1, flag="B sits at the optimum")
+    assert c.flag.startswith("B sits at the optimum; 1 seed(s)")
+    results.reset()
