@@ -37,7 +37,9 @@ def test_principal_angles_match_scipy(seed, d, p, q):
     a, b = rng.normal(size=(d, p)), rng.normal(size=(d, q))
     ours = ssa.principal_angles(a, b)
     ref = np.sort(scipy.linalg.subspace_angles(a, b))
-    np.testing.assert_allclose(ours, ref, atol=1e-9)
+    # scipy computes angles near 0 to about sqrt(machine epsilon) (e.g. 2e-8 for an exact 0
+    # when the subspaces intersect), so compare to 1e-7
+    np.testing.assert_allclose(ours, ref, atol=1e-7)
 
 
 def test_principal_angles_of_nested_and_near_identical_subspaces():
