@@ -209,6 +209,17 @@ def test_frame_count_anova_matches_the_closed_form():
     assert (res["df1"], res["df2"]) == (k - 1, (n - 1) * (k - 1))
 
 
+def test_frame_count_pairs_are_bonferroni_corrected_paired_t_tests():
+    ans = _fake_answers(3, n_models=5)
+    pairs = analysis.frame_count_pairs(ans)
+    acc = analysis.accuracy_by(ans, "n_frames")
+    assert len(pairs) == 3  # counts 3, 7, 16
+    ref = stats.ttest_rel(acc[16], acc[3])
+    row = pairs.set_index("frames").loc["16 vs 3"]
+    assert row["t"] == pytest.approx(ref.statistic)
+    assert row["p (Bonferroni)"] == pytest.approx(min(1.0, 3 * ref.pvalue))
+
+
 def test_transitions_are_conditional_rates_matching_counts():
     ans = _fake_answers(2)
     tab = analysis.transitions(ans, "blank")

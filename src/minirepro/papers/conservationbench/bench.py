@@ -195,6 +195,7 @@ def score(answers: str | Path, key: str | Path) -> dict:
         out["correlation"] = analysis.cross_model_correlation(out["table"])
     if n_models >= 2 and ans.loc[ans["probe"] == "video", "n_frames"].nunique() >= 2:
         out["anova"] = analysis.frame_count_anova(ans)
+        out["frame_pairs"] = analysis.frame_count_pairs(ans)
     for probe in ("blank", "text"):
         if (ans["probe"] == probe).any():
             out[f"transitions_{probe}"] = analysis.transitions(ans, probe)
@@ -216,7 +217,8 @@ def report(result: dict) -> str:
     if "anova" in result:
         a = result["anova"]
         lines += [f"frame count, repeated-measures ANOVA: F({a['df1']:.0f}, {a['df2']:.0f}) = "
-                  f"{a['F']:.2f}, p = {a['p']:.3g}"]
+                  f"{a['F']:.2f}, p = {a['p']:.3g}", "paired t tests across models, Bonferroni-corrected:",
+                  result["frame_pairs"].round(3).to_string(index=False)]
     for probe in ("blank", "text"):
         if f"transitions_{probe}" in result:
             lines += ["", f"{probe} probe: P(answer | answer with the video), conditional rates:",
