@@ -1,4 +1,9 @@
-"""The v2 substrate's models as checked artifacts: ``lm-v2-book``, ``lm-v2-book-opt``, ``lm-v2-smoke``.
+"""The v2 substrate's models as checked artifacts: ``lm-v2-book`` and ``lm-v2-smoke``.
+
+The configs live in :mod:`~minirepro.core.lm.presets_v2` (the manifest records
+and checks them; this module's code and :data:`SOURCES` are what the source hash
+covers). The OPT-style sibling ``lm-v2-book-opt`` is registered by
+:mod:`~minirepro.core.lm.recipes_opt`.
 
 Each recipe trains the tokenizer and the model on one thread
 (:func:`~minirepro.core.lm.train_v2.train_substrate`), stores the weights in
@@ -29,63 +34,20 @@ import dataclasses
 import json
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from minirepro.core import artifacts
 from minirepro.core.lm.bpe import load_bpe, save_bpe, tokenizer_digest
-from minirepro.core.lm.corpus_v2 import (
-    SINGLE_TOKEN,
-    CorpusV2,
-    CorpusV2Config,
-    build_corpus_v2,
-    chance_levels,
-)
+from minirepro.core.lm.corpus_v2 import SINGLE_TOKEN, CorpusV2, build_corpus_v2, chance_levels
 from minirepro.core.lm.eval_v2 import BigramLM, family_accuracy, token_nll_v2
-from minirepro.core.lm.models_v2 import ModelV2Config, load_lm, n_params_v2
-from minirepro.core.lm.train_v2 import TrainV2Config, train_substrate
+from minirepro.core.lm.models_v2 import load_lm, n_params_v2
+from minirepro.core.lm.presets_v2 import BOOK, SMOKE, SubstrateRecipe
+from minirepro.core.lm.train_v2 import train_substrate
 
 SOURCES = ("minirepro.core.lm.corpus_v2", "minirepro.core.lm.prose", "minirepro.core.lm.bpe",
            "minirepro.core.lm.models_v2", "minirepro.core.lm.train_v2", "minirepro.core.lm.eval_v2")
-
-
-@dataclass
-class SubstrateRecipe:
-    """The configs of one substrate artifact.
-
-    Attributes:
-        corpus, model, train: the corpus, model and training configs.
-        store_dtype: the dtype the weights are stored in (``float16`` or ``float32``).
-    """
-
-    corpus: CorpusV2Config = field(default_factory=CorpusV2Config)
-    model: ModelV2Config = field(default_factory=ModelV2Config)
-    train: TrainV2Config = field(default_factory=TrainV2Config)
-    store_dtype: str = "float16"
-
-
-# Book: 2.0 M parameters (d=192, 4 layers, 6 heads / 2 KV heads, SwiGLU 512, vocab 2048).
-# Sized for the machine it was built on: 2 cores shared with many other jobs (load average
-# 12-24), where one training thread got 120-380 tokens/s; 800 steps of 12 lines is about
-# 340 k tokens, one pass over the train split. lr 3e-3 was chosen over 1e-3 on the
-# validation loss of two 150-step pilots (4.76 vs 4.81 nats/token).
-BOOK = SubstrateRecipe(
-    corpus=CorpusV2Config(n_train=10000, n_val=1000, n_test=1000, relay_steps=(2, 8)),
-    model=ModelV2Config(d_model=192, n_layers=4, n_heads=6, n_kv_heads=2, d_ff=512, max_len=256),
-    train=TrainV2Config(steps=800, batch_size=12, lr=3e-3, warmup=40, answer_weight=10.0,
-                        vocab_size=2048, eval_every=100, eval_examples=200),
-)
-BOOK_OPT = dataclasses.replace(
-    BOOK, model=ModelV2Config(arch="opt", d_model=192, n_layers=4, n_heads=6, n_kv_heads=6,
-                              d_ff=768, max_len=256))
-SMOKE = SubstrateRecipe(
-    corpus=CorpusV2Config(n_train=5000, n_val=300, n_test=500, relay_steps=(2, 8)),
-    model=ModelV2Config(d_model=64, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=128, max_len=256),
-    train=TrainV2Config(steps=300, batch_size=16, lr=3e-3, warmup=30, answer_weight=10.0,
-                        vocab_size=1024, eval_every=50, eval_examples=100),
-)
 
 
 def evaluate_substrate(model, tokenizer, corpus: CorpusV2) -> dict:
@@ -158,13 +120,6 @@ def build_substrate(rec: SubstrateRecipe, out: Path, desc: str) -> artifacts.Bui
 def build_lm_v2_book(rec: SubstrateRecipe, out: Path) -> artifacts.BuildResult:
     """[reconstruction] The v2 substrate's book model (Llama-style: RoPE, SwiGLU, RMSNorm, GQA)."""
     return build_substrate(rec, out, "lm-v2-book")
-
-
-@artifacts.recipe("lm-v2-book-opt", config=BOOK_OPT, sources=SOURCES,
-                  description="v2 LM substrate, OPT-style (ReLU FFN) sibling of the book model")
-def build_lm_v2_book_opt(rec: SubstrateRecipe, out: Path) -> artifacts.BuildResult:
-    """[reconstruction] The OPT-style (ReLU FFN) sibling, for activation-sparsity chapters."""
-    return build_substrate(rec, out, "lm-v2-book-opt")
 
 
 @artifacts.recipe("lm-v2-smoke", config=SMOKE, sources=SOURCES,
