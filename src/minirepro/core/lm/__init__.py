@@ -1,5 +1,24 @@
 """The tiny language-model substrate shared by the book's LM chapters.
 
+v2 (new chapters use this)::
+
+    from minirepro.core.lm import load_substrate, family_accuracy
+    sub = load_substrate("book")     # artifact lm-v2-book: Llama-style, BPE 2048; no training
+    family_accuracy(sub.model, sub.tokenizer, sub.corpus.test)   # {"arith": .., ..., "all": ..}
+    load_substrate("book", model_name="/path/to/checkpoint")     # any checkpoint, same path
+
+v2 modules: ``corpus_v2`` (ten families: arith, recall, trace, text, multi,
+relay, facts, copy, mcq, prose; scorers, chance levels, solvers), ``prose``
+(shipped stdlib docstrings), ``bpe`` (deterministic byte-level BPE, fixed
+special and reserved ids), ``models_v2`` (Llama/OPT from ``transformers``
+configs; :func:`ffn_activations`, :func:`residual_stream`, :func:`prefill`,
+:func:`layer_kv`, :func:`reward_model`), ``train_v2``, ``eval_v2``
+(greedy exact match, perplexity, :class:`BigramLM`), ``presets_v2`` and
+``recipes`` / ``recipes_opt`` (the artifacts ``lm-v2-book``, ``lm-v2-smoke``,
+``lm-v2-book-opt``), ``substrate`` (:func:`load_substrate`).
+
+v1 (kept while SparseInfer and TBPO still use it):
+
 Real small models, trained here in about a minute, on text whose answers can be
 checked. Everything is built with the libraries the field uses: ``tokenizers``
 trains the tokenizer, ``transformers`` supplies the models, ``generate`` and the
@@ -59,6 +78,7 @@ Shapes: ``input_ids`` are ``(B, T)`` ``torch.long``; FFN pre-activations are
 so the weights are the same on every machine.
 """
 
+from minirepro.core.lm.bpe import load_bpe, train_bpe
 from minirepro.core.lm.corpus import (
                                       FAMILIES,
                                       TOPICS,
@@ -74,6 +94,18 @@ from minirepro.core.lm.corpus import (
                                       score_answers,
                                       solve,
 )
+from minirepro.core.lm.corpus_v2 import (
+                                      FAMILIES_V2,
+                                      SINGLE_TOKEN,
+                                      CorpusV2,
+                                      CorpusV2Config,
+                                      build_corpus_v2,
+                                      chance_levels,
+                                      check_answer_v2,
+                                      score_answers_v2,
+                                      solve_v2,
+)
+from minirepro.core.lm.eval_v2 import BigramLM, family_accuracy, generate_v2, perplexity_v2
 from minirepro.core.lm.evaluate import (
                                       answer_accuracy,
                                       generate,
@@ -92,6 +124,17 @@ from minirepro.core.lm.models import (
                                       load_pretrained,
                                       n_params,
 )
+from minirepro.core.lm.models_v2 import (
+                                      FFNActivations,
+                                      ModelV2Config,
+                                      build_lm,
+                                      ffn_activations,
+                                      layer_kv,
+                                      load_lm,
+                                      prefill,
+                                      residual_stream,
+                                      reward_model,
+)
 from minirepro.core.lm.pretrain import (
                                       PretrainedLM,
                                       TrainConfig,
@@ -102,6 +145,7 @@ from minirepro.core.lm.pretrain import (
                                       pretrain,
                                       verify_entry,
 )
+from minirepro.core.lm.substrate import PRESETS_V2, Substrate, load_checkpoint, load_substrate
 from minirepro.core.lm.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 
 __all__ = [
@@ -112,4 +156,10 @@ __all__ = [
     "load_tokenizer", "n_params", "overlap", "perplexity", "pretrain", "save_tokenizer",
     "score_answers", "solve", "task_accuracy", "token_nll", "train_tokenizer", "unigram_loss",
     "verify_entry",
+    # v2
+    "FAMILIES_V2", "PRESETS_V2", "SINGLE_TOKEN", "BigramLM", "CorpusV2", "CorpusV2Config",
+    "FFNActivations", "ModelV2Config", "Substrate", "build_corpus_v2", "build_lm",
+    "chance_levels", "check_answer_v2", "family_accuracy", "ffn_activations", "generate_v2",
+    "layer_kv", "load_bpe", "load_checkpoint", "load_lm", "load_substrate", "perplexity_v2",
+    "prefill", "residual_stream", "reward_model", "score_answers_v2", "solve_v2", "train_bpe",
 ]
