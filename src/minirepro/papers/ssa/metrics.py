@@ -54,6 +54,7 @@ def measure(x_est: np.ndarray, y_est: np.ndarray, x_test: np.ndarray, y_test: np
     out = {
         "gap (deg)": gap_angle(x_test, y_test),
         "Liang gap": liang_gap(x_test, y_test),
+        "mean norm": float(np.linalg.norm(x_test.mean(0)) + np.linalg.norm(y_test.mean(0))) / 2,
         "phi_min (deg)": space.phi_min,
         "d_overlap": float(space.d_overlap),
         "erank x": effective_rank(x_test),
