@@ -58,6 +58,7 @@ from minirepro.core.sourcehash import source_hash
 # Modules that register recipes when imported; registry() imports them all, so
 # `minirepro artifacts list` sees every recipe. Recipe authors: append yours here.
 RECIPE_MODULES: tuple[str, ...] = (
+    "minirepro.papers.ali.artifact",
 )
 
 __all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",

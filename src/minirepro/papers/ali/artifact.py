@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from joblib import Parallel, delayed
 from safetensors.torch import load_file, save_file
 
 from minirepro.core import artifacts
@@ -53,8 +54,9 @@ def build_ali_book(spec: ArtifactSpec, out: Path) -> artifacts.BuildResult:
     tensors: dict[str, torch.Tensor] = {}
     curves: dict[str, list[float]] = {}
     quality: dict[str, float] = {}
-    for seed in spec.seeds:
-        models, c = train_seed(spec.config, data.train, data.shifted_train, seed)
+    jobs = Parallel(n_jobs=len(spec.seeds))(  # one process (one thread) per seed
+        delayed(train_seed)(spec.config, data.train, data.shifted_train, seed) for seed in spec.seeds)
+    for seed, (models, c) in zip(spec.seeds, jobs):
         for key, model in models.items():
             for name, t in model.state_dict().items():
                 if not name.startswith("prior."):  # a fused prior is stored once, as "<kind> prior"

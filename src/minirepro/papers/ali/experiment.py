@@ -24,7 +24,7 @@ BASELINES: tuple[str, ...] = ("copy input", "copy reference")
 class Config(ScaledConfig):
     """Sizes of the miniature. The paper: 512x512 photos, 6 large pretrained priors, a diffusion decoder."""
 
-    size: int = 24  # image side in pixels (the artifact's models need 24)
+    size: int = 16  # image side in pixels
     n_train: int = 128  # training scenes, each under n_lights lights
     n_lights: int = 4
     n_test: int = 48  # test scenes per domain (one cross-scene triplet each)
@@ -32,14 +32,14 @@ class Config(ScaledConfig):
     width: int = 16
     c_s: int = 8
     c_l: int = 8
-    batch_scenes: int = 6
+    batch_scenes: int = 5
     n_pixels: int = 192
     lr: float = 3e-3
-    prior_steps: int = 200
-    base_steps: int = 600
-    stage1_steps: int = 150
-    stage2_steps: int = 150
-    stage3_steps: int = 100
+    prior_steps: int = 120
+    base_steps: int = 400
+    stage1_steps: int = 100
+    stage2_steps: int = 100
+    stage3_steps: int = 60
     n_seeds: int = 5
     train_models: bool = False
     w_intrinsic: float = 0.1
@@ -49,7 +49,7 @@ class Config(ScaledConfig):
                   "stage1_steps": 15, "stage2_steps": 15, "stage3_steps": 15, "batch_scenes": 4,
                   "n_seeds": 3},
         "book": {},
-        "full": {"n_train": 512, "n_test": 128, "n_shifted": 512, "prior_steps": 2000,
+        "full": {"size": 32, "n_train": 512, "n_test": 128, "n_shifted": 512, "prior_steps": 2000,
                  "base_steps": 5000, "stage1_steps": 1500, "stage2_steps": 1500, "stage3_steps": 1000,
                  "batch_scenes": 8, "train_models": True},
     }
