@@ -40,7 +40,7 @@ CELL_TIMEOUT = 300  # seconds a cell may take in the book build
 def inputs_hash(root: Path) -> str:
     """Hash of the files whose change must re-execute the notebooks."""
     h = hashlib.sha256()
-    files = sorted([*(root / "src").rglob("*.py"), *(root / "book" / "claims").glob("*.json"),
+    files = sorted([*(root / "src").rglob("*.py"), *(root / "book" / "claims").rglob("*.json"),
                     root / "book" / "papers.yml"])
     for f in files:
         if f.is_file() and "__pycache__" not in f.parts:
@@ -153,7 +153,14 @@ def preexecute(root: Path, cache_path: Path, env: dict[str, str], jobs: int,
     t0 = time.perf_counter()
     for phase in (chapters, front):
         todo = []
+        # The front matter (the ledger) reads what the chapters computed in this build:
+        # when any chapter ran, it runs again even if its own cells are cached.
+        rerun = phase is front and any(e.get("status") == "executed"
+                                       for e in record["notebooks"].values())
         for path in phase:
+            if rerun:
+                todo.append(path)
+                continue
             try:
                 cache.match_cache_notebook(read_notebook(path, md_config))
                 record["notebooks"][str(path.relative_to(root))] = {"status": "cached"}
@@ -194,6 +201,31 @@ def preexecute(root: Path, cache_path: Path, env: dict[str, str], jobs: int,
     return record
 
 
+def apply_repository(config: dict[str, Any], url: str | None = None) -> dict[str, Any]:
+    """The repository is one setting: ``repository.url`` in ``_config.yml``, or
+    ``MINIREPRO_REPO_URL`` (``url``), which wins. Set, the pages get the Repository,
+    Open issue and Binder buttons; unset (empty), none of them, so that no button
+    points at a repository that does not exist. Colab is never offered: it cannot
+    open the chapters' MyST-markdown sources."""
+    repo = config.setdefault("repository", {}) or {}
+    config["repository"] = repo
+    url = (url if url is not None else repo.get("url") or "").strip()
+    repo["url"] = url
+    html = config.setdefault("html", {}) or {}
+    config["html"] = html
+    for button in ("use_repository_button", "use_issues_button"):
+        html[button] = bool(url)
+    html["use_edit_page_button"] = False
+    launch = config.setdefault("launch_buttons", {}) or {}
+    config["launch_buttons"] = launch
+    launch["binderhub_url"] = "https://mybinder.org" if url else ""
+    launch.setdefault("notebook_interface", "jupyterlab")
+    for other in ("colab_url", "jupyterhub_url", "deepnote_url"):
+        launch[other] = ""
+    launch["thebe"] = False
+    return config
+
+
 def build(scale: str | None = None, root: Path | None = None, strict: bool = True,
           timeout: int = CELL_TIMEOUT, jobs: int | None = None) -> Path:
     """Build the whole book at ``scale``; return the path of ``index.html``.
@@ -219,6 +251,7 @@ def build(scale: str | None = None, root: Path | None = None, strict: bool = Tru
             if old.name != key:
                 shutil.rmtree(old, ignore_errors=True)
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    apply_repository(config, os.environ.get("MINIREPRO_REPO_URL"))
     config.setdefault("execute", {})
     config["execute"].update({"execute_notebooks": "cache", "cache": str(cache),
                               "timeout": timeout, "allow_errors": False})
@@ -232,6 +265,14 @@ def build(scale: str | None = None, root: Path | None = None, strict: bool = Tru
     env = dict(os.environ, MINIREPRO_SCALE=scale, TQDM_DISABLE="1",
                PYTHONHASHSEED="0", MINIREPRO_ROOT=str(root))
     env.pop("MINIREPRO_RESULTS", None)
+    # Each chapter's kernel writes its results record to _build/<scale>/results/<slug>.json
+    # (minirepro.results); the ledger page of this build reads them. A new cache (the code
+    # changed) re-executes every chapter, so the records of the old one go.
+    results_dir = out / "results"
+    if not cache.exists():
+        shutil.rmtree(results_dir, ignore_errors=True)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    env["MINIREPRO_RESULTS_DIR"] = str(results_dir)
     env.pop("MINIREPRO_FIGDIR", None)
     if jobs is None:
         jobs = default_jobs(sum(map(len, executable_notebooks(root))))

@@ -111,6 +111,15 @@ def _cmd_sweep(args) -> int:
 def _cmd_claims(args) -> int:
     from minirepro import ledger
 
+    if args.robustness is not None:
+        names = args.only or [c.name for c in discover()]
+        for n in names:
+            get(n)
+        for n in names:
+            path = ledger.robustness(n, args.robustness, scale=args.scale or "book", jobs=args.jobs,
+                                     scheduler=args.scheduler)
+            print(f"robustness over {args.robustness} base seeds: {path}")
+        return 0
     if args.update is not None:
         names = args.update or [c.name for c in discover()]
         for n in names:
@@ -253,6 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("md", "csv", "json"), default="md")
     p.add_argument("--update", nargs="*", metavar="CHAPTER",
                    help="re-run chapters (all if none named) at book scale and store their claims")
+    p.add_argument("--robustness", type=int, metavar="K",
+                   help="re-run each chapter on K base seeds (a sweep) and store per-claim verdict counts")
+    p.add_argument("--only", nargs="+", metavar="CHAPTER", help="with --robustness: these chapters")
+    p.add_argument("--scale", choices=SCALES, help="with --robustness (default: book)")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="with --robustness: runs in parallel")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="with --robustness: a Dask scheduler (see sweep)")
     p.set_defaults(func=_cmd_claims)
 
     p = sub.add_parser("goldens", help="re-make the smoke-scale goldens")

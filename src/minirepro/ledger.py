@@ -67,6 +67,9 @@ def load(root: Path | None = None) -> list[dict[str, Any]]:
         if path.exists():
             entry = json.loads(path.read_text(encoding="utf-8"))
             entry["current"] = entry.get("notebook_sha") == notebook_sha(ch)
+            rob = robustness_path(ch, root)
+            if rob.exists():
+                entry["robustness"] = json.loads(rob.read_text(encoding="utf-8"))
         else:
             entry = {"chapter": ch.name, "slug": ch.slug, "title": ch.title, "claims": [],
                      "current": False, "missing": True}
@@ -86,7 +89,8 @@ def rows(root: Path | None = None, kind: str | None = None) -> list[dict[str, An
             table.append({"chapter": entry["chapter"], "id": c["id"], "kind": k,
                           "statement": c["statement"], "paper": c["paper_value"],
                           "measured": c.get("measured"), "verdict": c.get("verdict"),
-                          "rule": c["rule"], "flag": c.get("flag")})
+                          "rule": c["rule"], "flag": c.get("flag"),
+                          "robustness": robustness_text(entry, c["id"])})
     return table
 
 
@@ -94,7 +98,8 @@ def _cell(text: Any) -> str:
     return str(text if text is not None else "(pending)").replace("|", "\\|").replace("\n", " ")
 
 
-COLUMNS = ["chapter", "id", "kind", "statement", "paper", "measured", "verdict", "rule", "flag"]
+COLUMNS = ["chapter", "id", "kind", "statement", "paper", "measured", "verdict", "rule", "flag",
+           "robustness"]
 
 
 def markdown(root: Path | None = None, fmt: str = "md") -> str:
@@ -108,10 +113,11 @@ def markdown(root: Path | None = None, fmt: str = "md") -> str:
         return pd.DataFrame(data, columns=COLUMNS).to_csv(index=False)
     if fmt != "md":
         raise ValueError(f"unknown format {fmt!r}; expected one of md, csv, json")
-    lines = ["| chapter | claim | kind | the paper | measured here | verdict |", "|---|---|---|---|---|---|"]
+    lines = ["| chapter | claim | kind | the paper | measured here | verdict | over base seeds |",
+             "|---|---|---|---|---|---|---|"]
     for r in data:
         lines.append(f"| {r['chapter']} | {_cell(r['statement'])} | {r['kind']} | {_cell(r['paper'])} | "
-                     f"{_cell(r['measured'])} | **{_cell(r['verdict'])}** |")
+                     f"{_cell(r['measured'])} | **{_cell(r['verdict'])}** | {r['robustness'] or 'not run'} |")
     return "\n".join(lines)
 
 
@@ -152,12 +158,13 @@ def page_markdown(root: Path | None = None) -> str:
             claims = [c for c in e["claims"] if c.get("kind", "paper") == kind]
             if not claims:
                 continue
-            out += ["", f"*{heading}*", "", "| claim | the paper | measured here | verdict |",
-                    "|---|---|---|---|"]
+            out += ["", f"*{heading}*", "", "| claim | the paper | measured here | verdict | "
+                    "over base seeds |", "|---|---|---|---|---|"]
             for c in claims:
                 flag = f" (flagged: {_cell(c['flag'])})" if c.get("flag") else ""
                 out.append(f"| {_cell(c['statement'])} | {_cell(c['paper_value'])} | "
-                           f"{_cell(c.get('measured'))} | **{_cell(c.get('verdict'))}**{flag} |")
+                           f"{_cell(c.get('measured'))} | **{_cell(c.get('verdict'))}**{flag} | "
+                           f"{robustness_text(e, c['id']) or 'not run'} |")
     return "\n".join(out)
 
 
@@ -181,3 +188,59 @@ def papers(root: Path | None = None) -> list[dict[str, Any]]:
         out.append({**p, "status": "chapter" if ch else "planned",
                     "doc": f"notebooks/{ch.slug}/{ch.name}" if ch else None})
     return out
+
+
+def robustness_path(chapter: Chapter, root: Path) -> Path:
+    return root / "book" / "claims" / "robustness" / f"{chapter.slug}.json"
+
+
+def robustness(name: str, k: int, root: Path | None = None, scale: str = "book", jobs: int = 1,
+               scheduler: str | None = None, step: int = 1000) -> Path:
+    """Re-run a chapter on ``k`` base seeds through the sweep machinery; store verdict counts.
+
+    The base seeds are the chapter's default ``seed`` plus ``0, step, 2*step, ...`` (far
+    apart, so that chapters deriving several seeds from the base do not share any). The
+    runs go through :func:`minirepro.runner.sweep` (locally in ``jobs`` processes, or on
+    Dask with ``scheduler``). Writes ``book/claims/robustness/<slug>.json``: per claim,
+    how many of the runs gave each verdict, and how many runs failed.
+    """
+    from minirepro.runner import sweep
+
+    root = (root or repo_root()).resolve()
+    chapter = get(name, root)
+    if k < 1:
+        raise ValueError(f"--robustness needs K >= 1, got {k}")
+    if "seed" not in chapter.parameters:
+        raise ValueError(f"chapter {chapter.name!r} has no `seed` parameter")
+    base = int(chapter.parameters["seed"].default or 0)
+    seeds = [base + i * step for i in range(k)]
+    folder = sweep(chapter.name, {"seed": seeds}, jobs=jobs, scale=scale, root=root,
+                   scheduler=scheduler)
+    runs = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    counts: dict[str, dict[str, int]] = {}
+    for r in runs:
+        for cid, verdict in (r.get("verdicts") or {}).items():
+            counts.setdefault(cid, {})
+            counts[cid][str(verdict)] = counts[cid].get(str(verdict), 0) + 1
+    entry = {"chapter": chapter.name, "slug": chapter.slug, "scale": scale, "k": k,
+             "seeds": seeds, "notebook_sha": notebook_sha(chapter), "commit": _git_commit(root),
+             "date": _dt.date.today().isoformat(), "failed": sum(1 for r in runs if not r["ok"]),
+             "claims": counts}
+    path = robustness_path(chapter, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entry, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def robustness_text(entry: dict[str, Any], claim_id: str) -> str:
+    """``"4/5 reproduced, 1/5 partly"`` for a claim (most frequent first), or ``""``."""
+    rob = entry.get("robustness")
+    if not rob or claim_id not in rob.get("claims", {}):
+        return ""
+    k = rob["k"]
+    parts = [f"{n}/{k} {v}" for v, n in sorted(rob["claims"][claim_id].items(), key=lambda x: -x[1])]
+    if rob.get("failed"):
+        parts.append(f"{rob['failed']}/{k} runs failed")
+    stale = "" if rob.get("notebook_sha") == entry.get("notebook_sha") else " (older notebook)"
+    return ", ".join(parts) + stale
+
