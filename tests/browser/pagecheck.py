@@ -30,7 +30,7 @@ import tempfile
 import threading
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import unquote, urlsplit
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -43,7 +43,10 @@ PHONE = (390, 844)
 REPO_HOSTS = ("github.com", "gitlab.com", "mybinder.org", "colab.research.google.com",
               "binder", "jupyterhub")
 PLACEHOLDER_REPO = "github.com/minirepro/minirepro"
-REPR_RE = re.compile(r"\b[A-Z][A-Za-z0-9_]*\((?:[a-z_][a-z0-9_]*)=|<[A-Za-z_][\w.]* object at 0x[0-9a-f]+>")
+# a dataclass or namedtuple repr (two keyword fields at least: ``Claim(id='x', statement=...``),
+# or the default ``<module.Class object at 0x...>``
+REPR_RE = re.compile(r"\b[A-Z][A-Za-z0-9_]*\([a-z_][a-z0-9_]*=[^,()\n]*, ?[a-z_][a-z0-9_]*="
+                     r"|<[A-Za-z_][\w.]* object at 0x[0-9a-f]+>")
 TEX_RE = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$")
 
 
@@ -114,7 +117,7 @@ class _Ids(HTMLParser):
                 self.ids.add(v)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _page_ids(path: str) -> frozenset[str]:
     p = _Ids()
     p.feed(Path(path).read_text(encoding="utf-8", errors="replace"))
@@ -165,6 +168,7 @@ const measure = () => {
   const reported = [];
   for (const el of col.querySelectorAll('*')) {
     if (reported.some(r => r.contains(el))) continue;
+    if (el.closest('mjx-assistive-mml')) continue;  // MathJax's hidden copy for screen readers
     const r = el.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) continue;
     if (r.right <= colRect.right + 2 && r.left >= colRect.left - 2) continue;
@@ -211,9 +215,13 @@ def _link_problem(href: str, absolute: str, base: str, html_root: Path, here: Pa
     return None
 
 
-def _button_problem(absolute: str, repo_url: str) -> str | None:
+def _button_problem(absolute: str, repo_url: str, is_button: bool = True) -> str | None:
+    """A header button (repository, issues, launchers) that leads nowhere real. Links in
+    the text (a cited project's repository) are not buttons and may point anywhere."""
     if PLACEHOLDER_REPO in absolute and PLACEHOLDER_REPO not in (repo_url or ""):
         return "points at the placeholder repository"
+    if not is_button:
+        return None
     host = urlsplit(absolute).netloc
     if not repo_url:
         if any(h in host for h in REPO_HOSTS):
@@ -257,7 +265,7 @@ def check_page(driver, url: str, html_root: Path, base: str, repo_url: str = "",
         p = _link_problem(href, absolute, base, html_root, here)
         if p:
             defects.append(f"link: {where}: {p}")
-        b = _button_problem(absolute, repo_url)
+        b = _button_problem(absolute, repo_url, is_button)
         if b:
             defects.append(f"button: {where} ({absolute}) {b}")
     if screenshot is not None:

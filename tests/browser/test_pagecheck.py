@@ -7,11 +7,8 @@ its own kind.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
 import pagecheck
+import pytest
 
 pytestmark = pytest.mark.skipif(not pagecheck.browser_available(),
                                 reason="Debian's chromium and chromium-driver are not installed")
@@ -23,7 +20,7 @@ PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>t</title>
 <p>Prose with inline code <code>price = $5</code> and a <a href="#intro">link to itself</a>,
 another page <a href="other.html#there">there</a> and an external one <a href="https://example.org/">here</a>.</p>
 <div style="overflow-x: auto"><table style="width: 1500px"><tr><td>wide table in a scroll box</td></tr></table></div>
-<div class="cell_output"><pre>{{'a': 1, 'b': 2}}  value(3)</pre></div>
+<div class="cell_output"><pre>{{'a': 1, 'b': 2}}  value(3)  max |CAffNet(w=0) - fixed| f(x=1)</pre></div>
 {defect}
 </section></article></main></body></html>"""
 
