@@ -162,12 +162,17 @@ def bench(scales: list[str], chapters: list[str] | None = None, root: Path | Non
             cells[(name, scale)] = cell
             print(f"bench: {name} {scale}: {_cell_text(cell)}, peak {cell.get('peak_rss_mb')} MB "
                   f"(load {cell['load_before']})", flush=True)
+            _write(out, cells)  # after every cell: an interrupted bench keeps what it measured
+    _write(out, cells)
+    return out
+
+
+def _write(out: Path, cells: dict) -> None:
     record = {"note": "seconds of `minirepro run` per chapter and scale; peak RSS of the kernel "
                       "and its children; load = 1-minute load average when the run started",
               "budgets": BUDGETS, "cells": sorted(cells.values(), key=lambda c: (c["chapter"], c["scale"]))}
     out.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     out.with_suffix(".md").write_text(cost_markdown(record), encoding="utf-8")
-    return out
 
 
 def _cell_text(cell: dict[str, Any]) -> str:
@@ -176,7 +181,11 @@ def _cell_text(cell: dict[str, Any]) -> str:
     if cell.get("status") == "failed":
         return "failed"
     text = f"{cell['seconds']:.0f} s"
-    return f"{text} **over**" if cell.get("over") else text
+    if cell.get("over"):
+        text += " **over**"
+    if cell.get("cores") and cell.get("load_before", 0) > cell["cores"]:
+        text += f" (load {cell['load_before']:.0f})"  # contended: the time says little about the budget
+    return text
 
 
 def cost_markdown(record: dict[str, Any]) -> str:
@@ -203,7 +212,8 @@ def cost_markdown(record: dict[str, Any]) -> str:
     budgets = ", ".join(f"{s} {b:.0f} s" for s, b in record.get("budgets", BUDGETS).items())
     lines += ["", f"Measured {', '.join(dates)} on {'; '.join(cpus)}, one chapter at a time, each "
               f"in a fresh process; load average {min(loads):.1f} to {max(loads):.1f} when the runs "
-              f"started (with other work on the machine, times are inflated). Time: the run's "
+              f"started (with other work on the machine, times are inflated; a time followed by "
+              f"(load L) was measured with more runnable processes than cores). Time: the run's "
               f"execution; peak memory: the kernel and its children. **over**: more than the "
               f"scale's budget on a quiet machine ({budgets}). `full` is timed only on request "
               f"(`minirepro bench --scales full --cap SECONDS`); a run stopped at the cap shows "
