@@ -46,7 +46,8 @@ PLACEHOLDER_REPO = "github.com/minirepro/minirepro"
 # a dataclass or namedtuple repr (two keyword fields at least: ``Claim(id='x', statement=...``),
 # or the default ``<module.Class object at 0x...>``
 REPR_RE = re.compile(r"\b[A-Z][A-Za-z0-9_]*\([a-z_][a-z0-9_]*=[^,()\n]*, ?[a-z_][a-z0-9_]*="
-                     r"|<[A-Za-z_][\w.]* object at 0x[0-9a-f]+>")
+                     r"|<[A-Za-z_][\w.]* object at 0x[0-9a-f]+>"
+                     r"|<claim [\w.-]+: [\w ]+>")  # minirepro.results.Claim's short repr
 TEX_RE = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$")
 
 

@@ -31,6 +31,7 @@ DEFECTS = {
     "overflow": '<div class="cell_output"><table style="width: 1200px"><tr><td>13 columns</td></tr></table></div>',
     "clipped": '<div style="overflow: hidden"><div style="width: 1100px">soft Bellman</div></div>',
     "repr": "<div class=\"cell_output\"><pre>[Claim(id='lm-reward', statement='TBPO wins')]</pre></div>",
+    "repr-claim": "<div class=\"cell_output\"><pre>[&lt;claim lm-reward-kl: reproduced&gt;]</pre></div>",
     "repr-at": '<div class="cell_output"><pre>&lt;minirepro.results.Claim object at 0x7f3a2b&gt;</pre></div>',
     "link-file": '<p><a href="missing-page.html">a page that is not there</a></p>',
     "link-anchor": '<p><a href="other.html#nowhere">an anchor that is not there</a></p>',
@@ -38,7 +39,7 @@ DEFECTS = {
     "button": '<div class="article-header-buttons"><a class="btn" href="https://github.com/minirepro/minirepro">Repository</a></div>',
     "binder": '<div class="article-header-buttons"><a class="btn" href="https://mybinder.org/v2/gh/x/y/main">Binder</a></div>',
 }
-KIND = {"raw-tex": "mathjax", "clipped": "overflow", "repr-at": "repr", "link-file": "link",
+KIND = {"raw-tex": "mathjax", "repr-claim": "repr", "clipped": "overflow", "repr-at": "repr", "link-file": "link",
         "link-anchor": "link", "image": "link", "binder": "button"}
 
 

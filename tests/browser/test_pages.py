@@ -17,18 +17,31 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
+import pagecheck
 import pytest
 import yaml
-
-import pagecheck
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / os.environ.get("MINIREPRO_BROWSER_BUILD", "_build/smoke")
 HTML = BUILD / "_build" / "html"
 REQUIRED = os.environ.get("MINIREPRO_BROWSER_REQUIRED") == "1"
 PHONE_PAGES = ("book/ledger.html", "book/papers.html")
+KNOWN = Path(__file__).with_name("known_defects.txt")
+
+
+def known_defects() -> list[tuple[str, str]]:
+    """``(page, text)`` pairs from ``known_defects.txt``: defects a chapter's owner has been
+    told about (issue 27). They are reported as warnings, not failures; any other defect fails."""
+    out = []
+    for line in KNOWN.read_text(encoding="utf-8").splitlines() if KNOWN.is_file() else []:
+        line = line.split(" #", 1)[0].rstrip()
+        if line.strip() and not line.lstrip().startswith("#"):
+            page, _, text = line.partition("\t")
+            out.append((page.strip(), text.strip()))
+    return out
 
 
 def _missing() -> str | None:
@@ -92,4 +105,13 @@ def test_page(browser, page):
     if page in PHONE_PAGES:
         defects += pagecheck.check_phone(driver, base + page)
     print(f"{page}: {time.perf_counter() - t0:.1f} s")
-    assert not defects, f"{page}: {len(defects)} defect(s)\n  " + "\n  ".join(defects)
+    known = [text for p, text in known_defects() if p == page]
+    new = [d for d in defects if not any(k in d for k in known)]
+    for d in defects:
+        if d not in new:
+            warnings.warn(f"known defect (tests/browser/known_defects.txt) on {page}: {d}", stacklevel=1)
+    for k in known:
+        if not any(k in d for d in defects):
+            warnings.warn(f"{page}: fixed? no defect matches {k!r}: remove it from known_defects.txt",
+                          stacklevel=1)
+    assert not new, f"{page}: {len(new)} defect(s)\n  " + "\n  ".join(new)
