@@ -252,6 +252,9 @@ def build(scale: str | None = None, root: Path | None = None, strict: bool = Tru
                 shutil.rmtree(old, ignore_errors=True)
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     apply_repository(config, os.environ.get("MINIREPRO_REPO_URL"))
+    local = (config.get("sphinx") or {}).get("local_extensions") or {}
+    for name, folder in local.items():  # the derived config lives elsewhere: absolute paths
+        local[name] = str((root / folder).resolve())
     config.setdefault("execute", {})
     config["execute"].update({"execute_notebooks": "cache", "cache": str(cache),
                               "timeout": timeout, "allow_errors": False})

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,17 +117,33 @@ class _State:
 
     def save(self) -> None:
         target = os.environ.get("MINIREPRO_RESULTS")
+        data = self.as_json()
         if not target:
-            return
+            target = _build_target()
+            if not target:
+                return
+            data["seconds"] = round(time.time() - _STARTED, 1)  # since the kernel imported this
         path = Path(target)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results-", suffix=".json")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(self.as_json(), fh, indent=2, sort_keys=False, default=_json_default)
+            json.dump(data, fh, indent=2, sort_keys=False, default=_json_default)
         os.replace(tmp, path)
 
 
 _STATE = _State()
+_STARTED = time.time()
+
+
+def _build_target() -> str | None:
+    """In a book build (``MINIREPRO_RESULTS_DIR`` set by :func:`minirepro.book.build`), a
+    chapter's kernel, which runs in its notebook's folder ``notebooks/<slug>/``, writes
+    ``<dir>/<slug>.json``: the ledger page of that build reads what the build computed."""
+    folder = os.environ.get("MINIREPRO_RESULTS_DIR")
+    cwd = Path.cwd()
+    if not folder or cwd.parent.name != "notebooks":
+        return None
+    return str(Path(folder) / f"{cwd.name}.json")
 
 
 def _json_default(obj: Any) -> Any:
@@ -283,13 +300,37 @@ def claims() -> list[Claim]:
 
 def claims_table(kind: str | None = None):
     """The claims as a pandas DataFrame, for display on the page (``kind`` filters)."""
-    import pandas as pd
 
     rows = [{"claim": c.statement if c.kind == "paper" else f"(check) {c.statement}",
              "paper": c.paper_value, "measured here": c.measured or "(pending)",
              "verdict": c.verdict or "(pending)", "rule": c.rule + (f" [flag: {c.flag}]" if c.flag else "")}
             for c in _STATE.claims.values() if kind is None or c.kind == kind]
-    return pd.DataFrame(rows, columns=["claim", "paper", "measured here", "verdict", "rule"])
+    return _FullTable(rows, columns=["claim", "paper", "measured here", "verdict", "rule"])
+
+
+def _full_table_class():
+    import pandas as pd
+
+    class FullTable(pd.DataFrame):
+        """A DataFrame whose HTML (the rendered page) shows every cell in full: pandas
+        cuts cells at ``display.max_colwidth`` (50) with "…", which hid the measured
+        values and rules; the book's CSS wraps them. Its text form is pandas' own."""
+
+        def _repr_html_(self):
+            with pd.option_context("display.max_colwidth", None):
+                return super()._repr_html_()
+
+    return FullTable
+
+
+def _FullTable(*args, **kwargs):  # noqa: N802 - a class made on first use (pandas is imported late)
+    global _FULL_TABLE
+    if _FULL_TABLE is None:
+        _FULL_TABLE = _full_table_class()
+    return _FULL_TABLE(*args, **kwargs)
+
+
+_FULL_TABLE = None
 
 
 def verdict_lines() -> str:

@@ -1,0 +1,68 @@
+"""A book build's ledger shows what that build computed (issue 27)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from minirepro import build_results, ledger
+from minirepro.book import apply_repository
+
+
+def test_a_chapter_kernel_writes_its_record_into_the_build_folder(tmp_path):
+    chapter = tmp_path / "notebooks" / "07-toy"
+    chapter.mkdir(parents=True)
+    code = ("from minirepro import results\n"
+            "results.declare_claim('c1', 'a claim', '-', 'by hand')\n"
+            "results.claims()[0].settle('x', 'partly')\n")
+    env = {"MINIREPRO_RESULTS_DIR": str(tmp_path / "results"), "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-c", code], cwd=chapter, env=env, check=True)
+    rec = json.loads((tmp_path / "results" / "07-toy.json").read_text())
+    assert [c["verdict"] for c in rec["claims"]] == ["partly"] and rec["seconds"] >= 0
+    # outside a chapter's folder (the ledger page, a script) nothing is written
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True)
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["07-toy.json"]
+
+
+def test_the_ledger_reads_this_build_and_marks_a_verdict_that_differs(tmp_path, monkeypatch):
+    stored = ledger.load()
+    entry = next(e for e in stored if e.get("claims"))
+    built = {"claims": [dict(c) for c in entry["claims"]], "metrics": {}, "seconds": 3.0}
+    flipped = built["claims"][0]
+    flipped["verdict"] = "partly" if flipped["verdict"] != "partly" else "reproduced"
+    flipped["measured"] = "measured by this build"
+    (tmp_path / f"{entry['slug']}.json").write_text(json.dumps(built))
+    with build_results.current_build(tmp_path):
+        entries = ledger.load()
+        page = ledger.page_markdown()
+    assert ledger.load is build_results._original_load  # restored
+    assert build_results.differences(entries) == [
+        (entry["chapter"], flipped["id"], flipped["verdict"], entry["claims"][0]["verdict"])]
+    row = next(line for line in page.splitlines() if "measured by this build" in line)
+    assert "differs from the stored record" in row and f"**{flipped['verdict']}**" in row
+
+
+def test_the_repository_is_one_setting_and_unset_hides_the_buttons():
+    unset = apply_repository({"repository": {"url": ""}, "html": {"use_repository_button": True},
+                              "launch_buttons": {"binderhub_url": "https://mybinder.org",
+                                                 "colab_url": "https://colab.research.google.com"}})
+    assert not unset["html"]["use_repository_button"] and not unset["html"]["use_issues_button"]
+    assert unset["launch_buttons"]["binderhub_url"] == "" == unset["launch_buttons"]["colab_url"]
+    on = apply_repository({"repository": {"url": ""}}, "https://example.org/r")
+    assert on["repository"]["url"] == "https://example.org/r" and on["html"]["use_issues_button"]
+    assert on["launch_buttons"]["colab_url"] == ""  # Colab cannot open the .md chapters
+
+
+def test_the_claims_table_shows_long_cells_in_full_on_the_page():
+    from minirepro import results
+
+    results.reset()
+    long = "a measured value that is much longer than fifty characters, " * 3
+    results.declare_claim("c-long", "a claim " * 20, "-", "rule " * 30)
+    results.claims()[0].settle(long, "partly")
+    try:
+        html = results.claims_table()._repr_html_()
+        assert long.strip() in html and "…" not in html and "..." not in html
+    finally:
+        results.reset()
