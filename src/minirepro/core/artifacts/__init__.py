@@ -59,6 +59,8 @@ from minirepro.core.sourcehash import source_hash
 # `minirepro artifacts list` sees every recipe. Recipe authors: append yours here.
 RECIPE_MODULES: tuple[str, ...] = (
     "minirepro.papers.ali.artifact",
+    "minirepro.core.lm.recipes",
+    "minirepro.core.lm.recipes_opt",
 )
 
 __all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",
