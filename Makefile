@@ -4,7 +4,7 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help install book test unit goldens-check goldens-portable smoke goldens ledger lint lock clean
+.PHONY: help install book test unit goldens-check goldens-portable smoke goldens ledger lint lock clean browser
 
 PYTHON ?= python3
 VENV := .venv
@@ -55,7 +55,14 @@ goldens-portable: install
 	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE MINIREPRO_CACHE=$$cache \
 	    $(BIN)/python -m pytest $(NBVAL) tests/goldens
 
-test: unit goldens-check goldens-portable smoke
+# The smoke build read page by page in Debian's headless Chromium (tests/browser):
+# MathJax, console errors, overflow, reprs, links, buttons; chapter screenshots in
+# _build/smoke/screenshots/. Builds the smoke book first when there is none.
+browser: install
+	@test -f _build/smoke/_build/html/index.html || $(BIN)/minirepro book --scale smoke -j $$(nproc)
+	MINIREPRO_BROWSER_REQUIRED=1 $(BIN)/python -m pytest tests/browser -q -p no:cacheprovider
+
+test: unit goldens-check goldens-portable smoke browser
 	@echo "make test: all checks passed"
 
 goldens: install
