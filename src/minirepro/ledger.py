@@ -22,8 +22,25 @@ from minirepro.results import VERDICTS
 
 
 def notebook_sha(chapter: Chapter) -> str:
-    """SHA-256 (first 16 hex) of the chapter's notebook text."""
-    return hashlib.sha256(chapter.path.read_bytes()).hexdigest()[:16]
+    """SHA-256 (first 16 hex) of the chapter's code cells (source and tags).
+
+    Only code decides the recorded claims, so an edit to the prose keeps the ledger
+    entry current; any change to a code cell (a rule, a parameter, a step) makes it stale.
+    """
+    return code_sha(chapter.path.read_text(encoding="utf-8"))
+
+
+def code_sha(text: str) -> str:
+    """:func:`notebook_sha` of a MyST notebook's text."""
+    import jupytext
+
+    nb = jupytext.reads(text, fmt="md:myst")
+    h = hashlib.sha256()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            tags = ",".join(sorted(cell.metadata.get("tags", [])))
+            h.update(f"{tags}\n{cell.source}\n\0".encode())
+    return h.hexdigest()[:16]
 
 
 def claims_path(chapter: Chapter, root: Path) -> Path:

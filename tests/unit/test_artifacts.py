@@ -87,7 +87,14 @@ def root(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture
 def demo(tmp_path, monkeypatch, root):
-    """The demo recipe, registered from module files in tmp (its source can be edited)."""
+    """The demo recipe, registered from module files in tmp (its source can be edited).
+
+    The registry holds only the demo while the test runs (the committed recipes are
+    checked against the repository's artifacts at the end of this file)."""
+    from minirepro.core.artifacts import recipes as recipes_module
+
+    monkeypatch.setattr(artifacts, "RECIPE_MODULES", ())
+    monkeypatch.setattr(recipes_module, "_REGISTRY", {})
     mods = tmp_path / "mods"
     mods.mkdir()
     (mods / "demo_artifact_helper.py").write_text(HELPER)

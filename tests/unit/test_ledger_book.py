@@ -37,8 +37,13 @@ def test_ledger_reads_entries_and_flags_stale_ones(toy_book):
     assert ledger.verdict_counts()["partly"] == 1
     assert "statement" in ledger.markdown(fmt="csv").splitlines()[0]
     assert json.loads(ledger.markdown(fmt="json"))[0]["verdict"] == "partly"
-    ch.path.write_text(ch.path.read_text() + "\n")
-    assert not ledger.load()[0]["current"]  # the notebook moved on: stale
+    ch.path.write_text(ch.path.read_text() + "\nA new paragraph of prose.\n")
+    assert ledger.load()[0]["current"]  # prose does not decide a claim
+    text = ch.path.read_text()
+    first_code = text.index("```{code-cell}")
+    end = text.index("```", first_code + 3)
+    ch.path.write_text(text[:end] + "x_extra = 1\n" + text[end:])
+    assert not ledger.load()[0]["current"]  # a code cell moved on: stale
 
 
 def test_ledger_update_runs_the_chapter(toy_book):
