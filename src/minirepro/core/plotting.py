@@ -47,6 +47,12 @@ METHOD_COLORS: dict[str, str] = {
     # HCA
     "hca": "#0072B2", "lime": "#D55E00", "majority": "#7F7F7F", "hca (calibrated)": "#56B4E9",
     "hca without kg": "#CC79A7", "hca without kkt": "#009E73", "hca without pcmci": "#BCBD22",
+    # SSA
+    "ssa": "#0072B2", "ssp": "#56B4E9", "clip": "#D55E00", "gap penalty": "#E69F00",
+    "translation": "#009E73",
+    # ALI
+    "ali (dense)": "#0072B2", "ali + self-sup.": "#56B4E9", "li": "#7F7F7F",
+    "li + semantic": "#D55E00", "copy input": "#BCBD22", "copy reference": "#8C564B",
 }
 
 
