@@ -61,6 +61,7 @@ RECIPE_MODULES: tuple[str, ...] = (
     "minirepro.papers.ali.artifact",
     "minirepro.core.lm.recipes",
     "minirepro.core.lm.recipes_opt",
+    "minirepro.core.lm.recipes_smoke_opt",
 )
 
 __all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",

@@ -59,5 +59,12 @@ SMOKE = SubstrateRecipe(
     train=TrainV2Config(steps=300, batch_size=16, lr=3e-3, warmup=30, answer_weight=10.0,
                         vocab_size=1024, eval_every=50, eval_examples=100),
 )
-
-
+# The OPT-style smoke sibling (SparseInfer at smoke scale): SMOKE's corpus and training with a
+# ReLU FFN of width 192 (two matrices, about SMOKE's SwiGLU 128 x 3) and three layers, so that
+# one middle layer stays between the dense first and last ones.
+SMOKE_OPT = SubstrateRecipe(
+    corpus=SMOKE.corpus,
+    model=ModelV2Config(arch="opt", d_model=64, n_layers=3, n_heads=2, n_kv_heads=2, d_ff=192,
+                        max_len=256),
+    train=SMOKE.train,
+)

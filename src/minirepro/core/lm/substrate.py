@@ -37,7 +37,7 @@ from minirepro.core.lm.corpus_v2 import CorpusV2, CorpusV2Config, build_corpus_v
 from minirepro.core.lm.models import HubUnavailable, _hub_reachable
 
 PRESETS_V2: dict[str, str] = {"book": "lm-v2-book", "smoke": "lm-v2-smoke",
-                              "book-opt": "lm-v2-book-opt"}
+                              "book-opt": "lm-v2-book-opt", "smoke-opt": "lm-v2-smoke-opt"}
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Substrate:
         model: the causal LM (eval mode, float32).
         tokenizer: its fast tokenizer.
         corpus: the corpus the shipped model was trained on (splits generated lazily).
-        preset: ``"book"``, ``"smoke"`` or ``"book-opt"``.
+        preset: ``"book"``, ``"smoke"``, ``"book-opt"`` or ``"smoke-opt"``.
         path: the artifact folder (or the checkpoint folder / hub id given as ``model_name``).
         curve: the training curve recorded at build time (empty for a ``model_name``).
         eval: the evaluation recorded at build time (empty for a ``model_name``).
@@ -98,7 +98,7 @@ def load_checkpoint(model_name: str, timeout: float = 10.0
 
 
 def load_substrate(preset: str = "book", model_name: str | None = None) -> Substrate:
-    """The substrate ``preset`` (``"book"``, ``"smoke"`` or ``"book-opt"``), from its artifact.
+    """The substrate ``preset`` (``"book"``, ``"smoke"``, ``"book-opt"`` or ``"smoke-opt"``), from its artifact.
 
     Args:
         preset: which shipped model (and corpus) to load.
