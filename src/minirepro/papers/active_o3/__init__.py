@@ -1,0 +1,1 @@
+"""Active-o3 (ICML 2026): GRPO for active perception, in miniature."""
