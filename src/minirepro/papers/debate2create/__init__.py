@@ -1,0 +1,88 @@
+"""Debate2Create (ICML 2026): multi-agent debate for robot co-design, in miniature.
+
+* ``body``: Swimmer bodies from the public code's 6 parameters (MJCF, gymnasium env).
+* ``control``: open-loop CPG controllers, batched MuJoCo rollouts, CMA-ES.
+* ``rewards``: reward functions in the public code's signature, compiled from source.
+* ``training``: training and scoring one (body, reward) candidate.
+* ``agents``: the ``LLM(prompt) -> str`` interface, prompts and strict JSON parsers.
+* ``scripted``: the offline scripted stand-in for every agent and judge.
+* ``http_llm``: an adapter for OpenAI-compatible endpoints (not used by the chapter).
+* ``debate``: the protocol, its ablations and the morphology-only baseline.
+* ``experiment``: the chapter's config and runs; ``plots``: its figures.
+"""
+
+from minirepro.papers.debate2create import plots  # noqa: E402
+from minirepro.papers.debate2create.agents import (
+    JUDGES,
+    AgentOutputError,
+    make_prompt,
+    parse_critique,
+    parse_design,
+    parse_judgement,
+    parse_rewards,
+    read_prompt,
+)
+from minirepro.papers.debate2create.body import (
+    DEFAULT,
+    LOWER,
+    PARAM_NAMES,
+    PUBLIC_BODIES,
+    UPPER,
+    check_params,
+    load_model,
+    make_env,
+    segment_geometry,
+    swimmer_xml,
+)
+from minirepro.papers.debate2create.control import (
+    Trajectory,
+    cmaes_maximize,
+    cpg_controls,
+    initial_states,
+    simulate,
+)
+from minirepro.papers.debate2create.debate import (
+    CONDITIONS,
+    Budget,
+    ConditionRun,
+    run_debate,
+    run_default,
+    run_morphology_cmaes,
+)
+from minirepro.papers.debate2create.experiment import (
+    Config,
+    Experiment,
+    log_ratio,
+    per_seed,
+    run_experiment,
+    run_seed,
+    summarise,
+)
+from minirepro.papers.debate2create.http_llm import LLMEndpointError, OpenAIChatLLM
+from minirepro.papers.debate2create.rewards import (
+    DEFAULT_REWARD_SOURCE,
+    compile_reward,
+    episode_return,
+    observations,
+    shaped_reward_source,
+)
+from minirepro.papers.debate2create.scripted import ScriptedLLM, judge_observation
+from minirepro.papers.debate2create.training import (
+    Candidate,
+    evaluate_fresh,
+    train_candidate,
+    zero_control_distance,
+)
+
+__all__ = [
+    "AgentOutputError", "Budget", "CONDITIONS", "Candidate", "ConditionRun", "Config",
+    "DEFAULT", "DEFAULT_REWARD_SOURCE", "Experiment", "JUDGES", "LLMEndpointError", "LOWER",
+    "OpenAIChatLLM", "PARAM_NAMES", "PUBLIC_BODIES", "ScriptedLLM", "Trajectory", "UPPER",
+    "check_params", "cmaes_maximize", "compile_reward", "cpg_controls", "episode_return",
+    "evaluate_fresh", "initial_states", "judge_observation", "load_model", "log_ratio",
+    "make_env", "make_prompt", "observations", "parse_critique", "parse_design",
+    "parse_judgement", "parse_rewards", "per_seed", "plots", "read_prompt", "run_debate",
+    "run_default", "run_experiment", "run_morphology_cmaes", "run_seed", "segment_geometry",
+    "shaped_reward_source", "simulate", "summarise", "swimmer_xml", "train_candidate",
+    "zero_control_distance",
+]

@@ -1,0 +1,161 @@
+"""The debate protocol (thesis, antithesis, synthesis, judges, hall of fame) and its
+ablations and baselines, each at the same budget of candidate trainings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from minirepro.papers.debate2create.agents import (
+    JUDGES,
+    LLM,
+    make_prompt,
+    parse_critique,
+    parse_design,
+    parse_judgement,
+    parse_rewards,
+)
+from minirepro.papers.debate2create.body import DEFAULT, LOWER, UPPER
+from minirepro.papers.debate2create.control import cmaes_maximize
+from minirepro.papers.debate2create.rewards import DEFAULT_REWARD_SOURCE
+from minirepro.papers.debate2create.training import Candidate, train_candidate
+
+CONDITIONS: tuple[str, ...] = ("debate", "zero-shot", "thesis only", "no judges",
+                               "CMA-ES morphology", "default body")
+PROTOCOL_FLAGS = {  # condition: (iterative rounds, synthesis, judges)
+    "debate": (True, True, True),
+    "zero-shot": (False, True, False),
+    "thesis only": (True, False, True),
+    "no judges": (True, True, False),
+}
+
+
+@dataclass
+class Budget:
+    """Rounds x theses per round x rewards per body = candidate trainings; controller sizes."""
+
+    rounds: int
+    theses: int
+    rewards: int
+    steps: int
+    popsize: int
+    generations: int
+
+    @property
+    def candidates(self) -> int:
+        return self.rounds * self.theses * self.rewards
+
+
+@dataclass
+class ConditionRun:
+    """Every candidate a condition trained (in order), its hall of fame and judge log."""
+
+    condition: str
+    candidates: list[Candidate]
+    hall_of_fame: list[dict] = field(default_factory=list)
+    judge_log: list[list[dict]] = field(default_factory=list)
+    critiques: list[str] = field(default_factory=list)
+
+    def winner(self) -> Candidate:
+        """The candidate with the largest measured displacement (never the generated reward)."""
+        return max(self.candidates, key=lambda c: c.distance)
+
+    def best_so_far(self) -> np.ndarray:
+        """Best displacement (m) after each candidate evaluated, shape (n_candidates,)."""
+        return np.maximum.accumulate([c.distance for c in self.candidates])
+
+
+def _novelty(p: np.ndarray, seen: list[np.ndarray]) -> float:
+    if not seen:
+        return 1.0
+    span = np.array(UPPER) - np.array(LOWER)
+    return float(min(np.linalg.norm((p - q) / span) for q in seen))
+
+
+def judge_context(top: Candidate, best_before: float, baseline: float, seen: list[np.ndarray]) -> dict:
+    """What the judges see about the round's top design (the public code passes parameters,
+    distance, episode reward and length, best and baseline scores)."""
+    return {"parameters": [float(v) for v in top.params], "distance": top.distance,
+            "episode_reward": top.reward, "best_distance": best_before,
+            "baseline_distance": baseline, "lateral_ratio": top.lateral_ratio,
+            "effort_per_metre": top.effort_per_metre, "novelty": _novelty(top.params, seen)}
+
+
+def run_debate(llm: LLM, budget: Budget, seed: int, baseline: float, iterative: bool = True,
+               synthesis: bool = True, judges: bool = True, condition: str = "debate") -> ConditionRun:
+    """Alg. 1 (Debate2Create loop): per round, theses -> critique -> synthesis -> fresh
+    critique and rewards -> train every (body, reward) -> hall of fame -> judges.
+
+    ``iterative=False`` is compute-matched zero-shot (all theses in one round, no
+    feedback); ``synthesis=False`` trains the theses (no critique); ``judges=False``
+    leaves only the numeric hall of fame as feedback. Every reply goes through the
+    strict parsers, so a malformed agent output stops the run with its error.
+    """
+    rounds, theses = (budget.rounds, budget.theses) if iterative else (1, budget.rounds * budget.theses)
+    run = ConditionRun(condition, [])
+    seen: list[np.ndarray] = []
+    judge_obs: list[dict] = []
+    k = 0
+    for r in range(rounds):
+        ctx = {"round": r, "hall_of_fame": run.hall_of_fame, "judges": judge_obs}
+        round_cands: list[Candidate] = []
+        for i in range(theses):
+            thesis, _ = parse_design(llm(make_prompt("design_thesis", {**ctx, "index": i})))
+            body, critique = thesis, ""
+            if synthesis:
+                crit = parse_critique(llm(make_prompt("control_critique",
+                                                      {"parameters": thesis.tolist()})))
+                body, _ = parse_design(llm(make_prompt("design_synthesis", {
+                    "thesis": thesis.tolist(), "critique": crit})))
+                critique = parse_critique(llm(make_prompt("control_critique",
+                                                          {"parameters": body.tolist()})))
+                run.critiques.append(crit)
+            sources = parse_rewards(llm(make_prompt("control_rewards", {
+                "parameters": body.tolist(), "critique": critique, "judges": judge_obs,
+                "n": budget.rewards})))[:budget.rewards]
+            for src in sources:
+                c = train_candidate(body, src, budget.steps, budget.popsize, budget.generations,
+                                    seed=1000 * seed + k)
+                k += 1
+                round_cands.append(c)
+        best_before = max((h["distance"] for h in run.hall_of_fame), default=-np.inf)
+        top = max(round_cands, key=lambda c: c.distance)
+        run.candidates.extend(round_cands)
+        run.hall_of_fame.append({"round": r, "parameters": [float(v) for v in top.params],
+                                 "distance": top.distance})
+        if judges:
+            jctx = judge_context(top, best_before, baseline, seen)
+            judge_obs = [{"judge": j, "observation": parse_judgement(
+                llm(make_prompt(f"judge_{j}", jctx)))} for j in JUDGES]
+            run.judge_log.append(judge_obs)
+        seen.extend(c.params for c in round_cands)
+    return run
+
+
+def run_morphology_cmaes(budget: Budget, seed: int) -> ConditionRun:
+    """[reconstruction of the paper's BO baseline] CMA-ES over the 6 body parameters
+    (box-scaled), from the default body, each body trained on the default reward;
+    ``budget.candidates`` bodies in generations of max(4, theses x rewards)."""
+    run = ConditionRun("CMA-ES morphology", [])
+
+    def f(ps: np.ndarray) -> np.ndarray:
+        out = []
+        for p in ps:
+            c = train_candidate(p, DEFAULT_REWARD_SOURCE, budget.steps, budget.popsize,
+                                budget.generations, seed=1000 * seed + len(run.candidates))
+            run.candidates.append(c)
+            out.append(c.distance)
+        return np.array(out)
+
+    pop = max(4, budget.theses * budget.rewards)  # CMA-ES needs >= 4 (cmaes' weights)
+    cmaes_maximize(f, np.array(LOWER), np.array(UPPER), max(1, budget.candidates // pop), pop,
+                   seed=seed, x0=np.array(DEFAULT), sigma=0.2)
+    return run
+
+
+def run_default(budget: Budget, seed: int) -> ConditionRun:
+    """The default body on the default reward (one candidate)."""
+    c = train_candidate(np.array(DEFAULT), DEFAULT_REWARD_SOURCE, budget.steps, budget.popsize,
+                        budget.generations, seed=1000 * seed + 999)
+    return ConditionRun("default body", [c])

@@ -1,0 +1,108 @@
+"""Reward functions in the public code's signature, compiled from agent-written source.
+
+``compute_reward(obs, action, prev_action, dt, metrics) -> (reward, components)``.
+The public code asks for JAX; here the functions are numpy and must be vectorised
+over any leading batch/time axes (the analogue of "jit/vmap-safe").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from minirepro.papers.debate2create.control import Trajectory
+
+RewardFn = Callable[..., tuple[np.ndarray, dict]]
+METRIC_KEYS: tuple[str, ...] = ("x_velocity", "y_velocity", "x_position", "y_position",
+                                "distance_from_origin")
+
+DEFAULT_REWARD_SOURCE = '''def compute_reward(obs, action, prev_action, dt, metrics):
+    forward = metrics["x_velocity"]
+    ctrl_cost = 1e-4 * np.sum(action ** 2, axis=-1)
+    return forward - ctrl_cost, {"forward": forward, "ctrl_cost": ctrl_cost}
+'''
+
+SHAPED_TEMPLATE = '''def compute_reward(obs, action, prev_action, dt, metrics):
+    v = metrics["x_velocity"]
+    forward = {w_fwd} * np.tanh(v / {v_temp})
+    lateral = {w_lat} * np.tanh(np.abs(metrics["y_velocity"]) / 0.5)
+    effort = {w_eff} * np.sum(action ** 2, axis=-1)
+    jerk = {w_jerk} * np.sum((action - prev_action) ** 2, axis=-1)
+    backward = {w_back} * np.maximum(-v, 0.0)
+    reward = forward - lateral - effort - jerk - backward
+    return reward, {{"forward": forward, "lateral": lateral, "effort": effort,
+                    "jerk": jerk, "backward": backward}}
+'''
+WEIGHT_NAMES: tuple[str, ...] = ("w_fwd", "v_temp", "w_lat", "w_eff", "w_jerk", "w_back")
+
+
+def shaped_reward_source(weights: Mapping[str, float]) -> str:
+    """[reconstruction] The source of a shaped reward in the form of the released D2C
+    Swimmer reward (tanh of speed minus bounded penalties), for the given weights."""
+    missing = set(WEIGHT_NAMES) - set(weights)
+    if missing:
+        raise ValueError(f"reward weights missing {sorted(missing)}")
+    vals = {k: float(weights[k]) for k in WEIGHT_NAMES}
+    if vals["v_temp"] <= 0 or any(not np.isfinite(v) or v < 0 for v in vals.values()):
+        raise ValueError(f"reward weights must be finite, >= 0, with v_temp > 0: {vals}")
+    return SHAPED_TEMPLATE.format(**{k: repr(v) for k, v in vals.items()})
+
+
+_SAFE_BUILTINS = {"abs": abs, "min": min, "max": max, "float": float, "len": len, "range": range,
+                  "dict": dict}
+
+
+def compile_reward(source: str) -> RewardFn:
+    """§3.2 (the control agent's reward): compile ``compute_reward`` from source text.
+
+    The source runs with numpy as ``np`` (and ``jp``, the public code's alias) and a
+    few builtins, no imports. Raises ``ValueError`` when it does not define
+    ``compute_reward`` or does not compile.
+    """
+    if not isinstance(source, str) or "def compute_reward" not in source:
+        raise ValueError("reward source must define compute_reward(obs, action, prev_action, dt, metrics)")
+    if "import" in source or "__" in source:
+        raise ValueError("reward source may not import modules or use dunder names")
+    ns: dict = {"np": np, "jp": np, "__builtins__": _SAFE_BUILTINS}
+    try:
+        exec(compile(source, "<reward>", "exec"), ns)  # noqa: S102 - agent code, restricted namespace
+    except SyntaxError as err:
+        raise ValueError(f"reward source does not compile: {err}") from err
+    fn = ns.get("compute_reward")
+    if not callable(fn):
+        raise ValueError("reward source must define a function compute_reward")
+    return fn
+
+
+def observations(traj: Trajectory) -> dict[str, np.ndarray]:
+    """Swimmer-v5's observation and the metrics a reward may read, per control step.
+
+    Returns ``obs`` (B, T, 8) = (3 angles, tip vx, vy, 3 angular rates) after each
+    step, ``action``/``prev_action`` (B, T, 2) and ``metrics`` (each (B, T)).
+    """
+    qpos, qvel, a = traj.qpos, traj.qvel, traj.actions
+    obs = np.concatenate([qpos[:, 1:, 2:], qvel[:, 1:]], axis=-1)
+    prev = np.concatenate([np.zeros_like(a[:, :1]), a[:, :-1]], axis=1)
+    vel = (qpos[:, 1:, :2] - qpos[:, :-1, :2]) / traj.dt
+    metrics = {"x_velocity": vel[..., 0], "y_velocity": vel[..., 1],
+               "x_position": qpos[:, 1:, 0], "y_position": qpos[:, 1:, 1],
+               "distance_from_origin": np.linalg.norm(qpos[:, 1:, :2], axis=-1)}
+    return {"obs": obs, "action": a, "prev_action": prev, "metrics": metrics}
+
+
+def episode_return(fn: RewardFn, traj: Trajectory) -> np.ndarray:
+    """Sum over control steps of the reward ``fn`` on a batch of rollouts, shape (B,).
+
+    Raises ``ValueError`` when the function returns the wrong shape; non-finite
+    returns become -inf (a broken reward never wins).
+    """
+    o = observations(traj)
+    out = fn(o["obs"], o["action"], o["prev_action"], traj.dt, o["metrics"])
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise ValueError("compute_reward must return (reward, components)")
+    r = np.asarray(out[0], dtype=float)
+    if r.shape != o["metrics"]["x_velocity"].shape:
+        raise ValueError(f"reward has shape {r.shape}, expected {o['metrics']['x_velocity'].shape}")
+    total = r.sum(axis=1)
+    return np.where(np.isfinite(total), total, -np.inf)
