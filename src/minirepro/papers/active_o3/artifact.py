@@ -34,7 +34,7 @@ class TaskModelRecipe:
 
     n_canvases: int = 1000
     boxes_per_canvas: int = 16
-    steps: int = 1200
+    steps: int = 3000
     batch: int = 256
     lr: float = 2e-3
     seed: int = 0
@@ -96,7 +96,7 @@ def build_task_cnn(spec: TaskModelRecipe, out: Path) -> artifacts.BuildResult:
         loss.backward()
         opt.step()
         if step % 50 == 0:
-            curve.append(round(float(loss), 4))
+            curve.append(round(loss.item(), 4))
     model.eval()
     state = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(out / WEIGHTS))

@@ -1,0 +1,208 @@
+"""The chapter's config, GRPO training per reward form, the arms and their evaluation."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+import torch
+
+from minirepro.core import ScaledConfig, progress, set_seed
+from minirepro.papers.active_o3.boxes import box_iou, grid_actions, tiling, to_json
+from minirepro.papers.active_o3.canvas import CANVAS, Canvases, global_view, make_canvases, upsample_view
+from minirepro.papers.active_o3.grpo import (
+    grpo_loss,
+    group_advantages,
+    greedy,
+    sample_without_replacement,
+    sequence_logprobs,
+)
+from minirepro.papers.active_o3.policy import SensingPolicy
+from minirepro.papers.active_o3.rewards import (
+    FORMS,
+    IOU_MAX,
+    RewardTable,
+    RewardWeights,
+    format_reward,
+    found_digits,
+)
+from minirepro.papers.active_o3.taskmodel import crop_resize, predict
+
+EVAL_SEED = 5_000  # held-out layouts: a seed stream disjoint from the training canvases (seed < 5000)
+
+
+@dataclass
+class Config(ScaledConfig):
+    """The miniature's sizes and GRPO's settings."""
+
+    n_seeds: int = 5  # policy seeds per reward form
+    n_train: int = 128  # training canvases (rewards precomputed for every grid box)
+    n_eval: int = 200  # held-out evaluation canvases
+    iters: int = 150  # GRPO iterations
+    batch: int = 16  # canvases (prompts) per iteration
+    group: int = 8  # G, answers per canvas
+    k_boxes: int = 3  # K, boxes per answer
+    inner: int = 2  # gradient steps per batch (PPO epochs)
+    clip: float = 0.2
+    beta: float = 0.01
+    lr: float = 3e-3
+    weights: RewardWeights = field(default_factory=RewardWeights)
+    PRESETS: ClassVar = {"smoke": {"n_seeds": 1, "n_train": 48, "n_eval": 100, "iters": 40},
+                         "book": {}, "full": {"n_seeds": 10, "n_train": 512, "n_eval": 1000, "iters": 600}}
+
+
+@dataclass
+class Data:
+    """Training canvases with their reward table, and held-out evaluation canvases."""
+
+    train: Canvases
+    train_view: torch.Tensor
+    table: RewardTable
+    eval: Canvases
+    eval_view: torch.Tensor
+
+
+def grid_predictions(model: torch.nn.Module, cv: Canvases, actions: np.ndarray) -> np.ndarray:
+    """The task model's answer on every grid box of every canvas, [C, A]."""
+    c, a = len(cv), len(actions)
+    idx = torch.arange(c).repeat_interleave(a)
+    crops = crop_resize(cv.images, idx, torch.from_numpy(actions).repeat(c, 1))
+    return predict(model, crops).reshape(c, a).numpy()
+
+
+def make_data(cfg: Config, task_model: torch.nn.Module, seed: int = 0) -> Data:
+    """Training canvases (seed ``seed``, train digits) with their reward table, and held-out
+    canvases (seed ``EVAL_SEED + seed``, test digits)."""
+    if seed >= EVAL_SEED:
+        raise ValueError(f"data seed must be below {EVAL_SEED} (the held-out stream)")
+    train = make_canvases(cfg.n_train, seed, "train")
+    actions = grid_actions()
+    table = RewardTable(actions, train.boxes, train.labels, grid_predictions(task_model, train, actions))
+    ev = make_canvases(cfg.n_eval, EVAL_SEED + seed, "test")
+    return Data(train, global_view(train.images), table, ev, global_view(ev.images))
+
+
+_FORMAT_CACHE: dict[bytes, float] = {}
+
+
+def _format_of(table: RewardTable, acts: tuple[int, ...]) -> float:
+    """The format reward of the JSON answer for these grid actions (parsed once per distinct answer)."""
+    boxes = table.actions[list(acts)]
+    key = boxes.tobytes()
+    if key not in _FORMAT_CACHE:
+        _FORMAT_CACHE[key] = format_reward(to_json(boxes))
+    return _FORMAT_CACHE[key]
+
+
+def rewards_for(table: RewardTable, canvas: torch.Tensor, acts: torch.Tensor, form: str,
+                weights: RewardWeights) -> dict[str, torch.Tensor]:
+    """§3.2 The reward of each answer: the weighted parts for ``form``; the format part parses each
+    answer's JSON text for real. Returns the parts and ``reward`` ([N] float64 each)."""
+    wt, wh, wf = weights.for_form(form)
+    parts = table.parts(canvas, acts)
+    fmt = torch.tensor([_format_of(table, tuple(a)) for a in acts.tolist()], dtype=torch.float64)
+    parts["format"] = fmt
+    parts["reward"] = wt * parts["task"] + wh * parts["heuristic"] + wf * fmt
+    return parts
+
+
+def train_policy(cfg: Config, data: Data, form: str, seed: int, desc: str = "GRPO"
+                 ) -> tuple[SensingPolicy, pd.DataFrame]:
+    """§3.3 GRPO on the sensing policy with reward ``form``; the reference is the initial policy.
+
+    Returns the policy and its curve per iteration: mean reward, task recall, heuristic
+    reward, share of zero-variance groups, KL and share of clipped tokens.
+    """
+    if form not in FORMS:
+        raise ValueError(f"reward form must be one of {FORMS}, got {form!r}")
+    set_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    policy = SensingPolicy()
+    ref = copy.deepcopy(policy).requires_grad_(False)
+    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    rows = []
+    for it in progress(range(cfg.iters), desc=f"{desc} {form} seed {seed}"):
+        canvas = torch.randint(len(data.train), (cfg.batch,), generator=gen)
+        view = data.train_view[canvas]
+        with torch.no_grad():
+            old_logits = policy(view).repeat_interleave(cfg.group, 0)
+            acts, old_lp = sample_without_replacement(old_logits, cfg.k_boxes, gen)
+            ref_lp = sequence_logprobs(ref(view).repeat_interleave(cfg.group, 0), acts)
+        parts = rewards_for(data.table, canvas.repeat_interleave(cfg.group), acts, form, cfg.weights)
+        adv, zero = group_advantages(parts["reward"].reshape(cfg.batch, cfg.group).float())
+        for _ in range(cfg.inner):
+            lp = sequence_logprobs(policy(view).repeat_interleave(cfg.group, 0), acts)
+            loss, info = grpo_loss(lp, old_lp, ref_lp, adv.reshape(-1), cfg.clip, cfg.beta)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        rows.append({"iter": it, "reward": float(parts["reward"].mean()), "task": float(parts["task"].mean()),
+                     "heuristic": float(parts["heuristic"].mean()), "zero_var": float(zero.float().mean()),
+                     "kl": info["kl"], "clipped": info["clipped"]})
+    return policy.eval(), pd.DataFrame(rows)
+
+
+def saliency_boxes(view: torch.Tensor, k: int, side: int = 24) -> list[np.ndarray]:
+    """[reconstruction] The "o3-style zoom" heuristic: the ``k`` grid boxes of side ``side`` with the
+    most brightness in the global view, greedily keeping boxes with IoU <= 0.3 to those kept."""
+    acts = grid_actions()
+    cand = acts[(acts[:, 2] - acts[:, 0]) == side]
+    up = upsample_view(view)
+    cs = torch.nn.functional.pad(up.cumsum(1).cumsum(2), (1, 0, 1, 0))  # integral image
+    x1, y1, x2, y2 = (torch.from_numpy(cand[:, i]) for i in range(4))
+    mass = cs[:, y2, x2] - cs[:, y1, x2] - cs[:, y2, x1] + cs[:, y1, x1]  # [N, A_side]
+    iou = box_iou(cand, cand) > IOU_MAX
+    out = []
+    for m in mass:
+        keep: list[int] = []
+        for a in torch.argsort(m, descending=True).tolist():
+            if not any(iou[a, b] for b in keep):
+                keep.append(a)
+            if len(keep) == k:
+                break
+        out.append(cand[keep])
+    return out
+
+
+def random_boxes(n: int, k: int, seed: int, max_side: int = 40) -> list[np.ndarray]:
+    """Random answers: ``k`` distinct grid boxes of side <= ``max_side`` (inside the area range), uniformly."""
+    acts = grid_actions()
+    ok = acts[(acts[:, 2] - acts[:, 0]) <= max_side]
+    rng = np.random.default_rng(seed)
+    return [ok[rng.choice(len(ok), k, replace=False)] for _ in range(n)]
+
+
+def policy_boxes(policy: SensingPolicy, view: torch.Tensor, k: int) -> list[np.ndarray]:
+    """The policy's greedy answer (its ``k`` most likely distinct boxes) on each global view."""
+    acts = grid_actions()
+    with torch.no_grad():
+        chosen = greedy(policy(view), k).numpy()
+    return [acts[c] for c in chosen]
+
+
+def evaluate(task_model: torch.nn.Module, cv: Canvases, answers: list[np.ndarray],
+             images: torch.Tensor | None = None) -> dict[str, float]:
+    """Task recall (share of GT digits read correctly), regions used per canvas and regions per
+    correct answer, for one answer (boxes [k, 4]) per canvas; ``images`` replaces the canvases
+    the crops are cut from (the passive arm reads the upsampled global view)."""
+    if len(answers) != len(cv):
+        raise ValueError(f"{len(answers)} answers for {len(cv)} canvases")
+    imgs = cv.images if images is None else images
+    idx = torch.cat([torch.full((len(a),), i) for i, a in enumerate(answers)])
+    boxes = torch.from_numpy(np.concatenate(answers))
+    preds = predict(task_model, crop_resize(imgs, idx, boxes)).numpy()
+    found, start = 0, 0
+    for i, a in enumerate(answers):
+        found += int(found_digits(a, preds[start:start + len(a)], cv.boxes[i], cv.labels[i]).sum())
+        start += len(a)
+    regions = len(boxes)
+    return {"recall": found / cv.n_digits, "regions": regions / len(cv),
+            "regions_per_correct": regions / max(found, 1)}
+
+
+def passive_answers(n: int) -> list[np.ndarray]:
+    """The passive arm: one region, the whole canvas (read from the global view)."""
+    return [np.array([[0, 0, CANVAS, CANVAS]])] * n

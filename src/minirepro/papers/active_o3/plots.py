@@ -1,0 +1,1 @@
+"""The chapter's figures."""
