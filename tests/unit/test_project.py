@@ -103,6 +103,17 @@ def test_ledger_entry_is_current(chapter):
         assert c["rule"].strip()
 
 
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.slug)
+def test_ledger_entry_declares_disjoint_seeds(chapter):
+    """Issue 13's seed protocol: every chapter states the seeds it reports and tuned on."""
+    entry = {e["chapter"]: e for e in ledger.load(ROOT)}[chapter.name]
+    seeds = entry.get("seeds") or {}
+    assert seeds.get("reported"), (f"{chapter.name}: no declared seeds; call "
+                                   "results.declare_seeds(reported, tuning) in the notebook")
+    assert not set(seeds["reported"]) & set(seeds.get("tuning", [])), seeds
+    assert "results.declare_seeds(" in chapter.path.read_text()
+
+
 def test_every_bib_key_is_unique():
     keys = re.findall(r"@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text())
     assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
