@@ -4,17 +4,20 @@
   exact metrics, Bradley-Terry preference pairs).
 - ``losses``: DPO, TDPO, the Bregman family (sequence level), TBPO-Q and TBPO-A.
 - ``train``: the tiny GPT-2 policy, its fit to pi_ref, one shared training loop, metrics.
-- ``analysis``: final-metric tables, reward at matched KL, comparisons with DPO.
+- ``analysis``: per-seed final metrics, reward at matched KL, oscillation, pairing by seed
+  (the chapter's rule objects decide the verdicts).
+- ``lm_setting``: the second setting on the shipped v2 substrate LM (``load_substrate``).
 - ``plots``: the chapter's figures.
 """
 
 from minirepro.papers.tbpo.analysis import (
-    better_than,
     final_metrics,
     headline,
-    matched_kl_rewards,
+    matched_kappa,
+    oscillation,
+    paired,
+    per_seed,
     reward_at_kl,
-    summary,
 )
 from minirepro.papers.tbpo.losses import (
     MEMBERS,
@@ -23,6 +26,7 @@ from minirepro.papers.tbpo.losses import (
     bregman_scale,
     bregman_sequence_loss,
     dpo_loss,
+    generic_bregman_ell,
     population_minimiser,
     sequence_margin,
     tbpo_a_values,
@@ -42,6 +46,7 @@ from minirepro.papers.tbpo.mdp import (
 )
 from minirepro.papers.tbpo.train import (
     METHODS,
+    Config,
     Experiment,
     Policy,
     TablePolicy,
@@ -52,11 +57,11 @@ from minirepro.papers.tbpo.train import (
 )
 
 __all__ = [
-    "MEMBERS", "METHODS", "Experiment", "Policy", "TBPOConfig", "TablePolicy", "TokenMDP",
-    "better_than", "bregman_ell", "bregman_h", "bregman_scale", "bregman_sequence_loss", "dpo_loss",
-    "evaluate", "exact_metrics", "final_metrics", "headline", "logistic_vs_dpo", "make_mdp", "make_preferences",
-    "matched_kl_rewards", "population_minimiser", "reward_at_kl", "run_experiment",
-    "sample_responses", "sequence_margin", "sequence_reward", "soft_bellman",
-    "state_distribution", "summary", "tbpo_a_values", "tbpo_q_values", "tbpo_token_loss",
-    "tdpo_loss",
+    "MEMBERS", "METHODS", "Config", "Experiment", "Policy", "TBPOConfig", "TablePolicy", "TokenMDP",
+    "bregman_ell", "bregman_h", "bregman_scale", "bregman_sequence_loss", "dpo_loss",
+    "evaluate", "exact_metrics", "final_metrics", "generic_bregman_ell", "headline", "logistic_vs_dpo",
+    "make_mdp", "make_preferences", "matched_kappa", "oscillation", "paired", "per_seed",
+    "population_minimiser", "reward_at_kl", "run_experiment", "sample_responses", "sequence_margin",
+    "sequence_reward", "soft_bellman", "state_distribution", "tbpo_a_values", "tbpo_q_values",
+    "tbpo_token_loss", "tdpo_loss",
 ]

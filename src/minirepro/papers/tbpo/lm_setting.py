@@ -1,10 +1,11 @@
-"""TBPO's second setting: the book's tiny language model and a programmatic reward.
+"""TBPO's second setting: the book's shipped v2 language model and a programmatic reward.
 
-The reference policy (and the start of every trained policy) is the substrate's pre-trained
-causal LM (``minirepro.core.lm.pretrain``). Prompts are the distinct openings of the corpus's
-``text`` family (``"text : the"``, ``"text : a"``, ...); a response is at most
-``max_new_tokens`` sampled tokens (the end token, if sampled, is the last one). The reward is
-computed from the generated words:
+The reference policy (and the start of every trained policy) is the v2 substrate's Llama-style
+model, loaded from its checked artifact (``minirepro.core.lm.load_substrate``: ``lm-v2-book``
+at book scale, ``lm-v2-smoke`` at smoke scale); nothing is pre-trained here. Prompts are the
+distinct openings of the v2 corpus's ``text`` family (``"text : the"``, ``"text : a"``, ...),
+read from its validation split; a response is at most ``max_new_tokens`` sampled tokens (the
+end token, if sampled, is the last one). The reward is computed from the decoded words:
 
     R(y) = #{words of y in the target topic's vocabulary} - length_penalty * #words of y,
 
@@ -25,44 +26,46 @@ import torch
 import torch.nn as nn
 
 from minirepro.core import ScaledConfig, progress, set_seed
-from minirepro.core.lm import TOPICS, PretrainedLM, pretrain
+from minirepro.core.lm import Substrate, load_substrate
+from minirepro.core.lm.corpus_v2 import TOPICS
 from minirepro.papers.tbpo import losses as L
-from minirepro.papers.tbpo.train import METHODS, THREADS, method_loss
+from minirepro.papers.tbpo.train import METHODS, method_loss
 
-LM_SCALES = ("smoke", "book", "full")
+SUBSTRATES = ("smoke", "book")
 
 
 @dataclass
 class LMSettingConfig(ScaledConfig):
-    """The LM setting: which substrate model, the reward, the preference data, training."""
+    """The LM setting: which shipped substrate model, the reward, the preference data, training."""
 
-    lm_scale: str = "smoke"        # substrate preset of the reference model
-    topic: str = "ocean"           # reward topic (a key of core.lm.TOPICS)
+    substrate: str = "book"        # shipped v2 model used as the reference {smoke, book}
+    topic: str = "ocean"           # reward topic (a key of corpus_v2.TOPICS)
     length_penalty: float = 0.2    # reward cost per generated word
-    n_prompts: int = 4             # distinct corpus openings used as prompts
+    n_prompts: int = 5             # distinct corpus openings used as prompts
     max_new_tokens: int = 8        # response length bound (tokens, end token included)
-    n_pairs: int = 512             # preference pairs per seed (spread over the prompts)
+    n_pairs: int = 320             # preference pairs per seed (spread over the prompts)
     beta: float = 0.1              # KL strength of every loss
-    steps: int = 60                # optimisation steps per run
-    batch_size: int = 32           # pairs per step
-    lr: float = 1e-3               # Adam learning rate (all methods)
-    n_eval: int = 64               # policy samples per prompt per evaluation
-    eval_every: int = 20           # steps between evaluations
-    n_seeds: int = 2               # training seeds
+    steps: int = 30                # optimisation steps per run
+    batch_size: int = 16           # pairs per step
+    lr: float = 3e-4               # Adam learning rate (all methods)
+    n_eval: int = 32               # policy samples per prompt per evaluation
+    eval_every: int = 10           # steps between evaluations
+    n_seeds: int = 5               # training seeds
     tdpo_alpha: float = 0.5        # (read by method_loss; TDPO is not run by default)
     tbpo_member: str = "logistic"  # Bregman member inside TBPO-Q / TBPO-A
     tbpo_lam: float = 1.0          # lam of the BA member
     methods: tuple[str, ...] = ("DPO", "TBPO-A", "TBPO-Q")
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {"n_pairs": 128, "steps": 10, "n_eval": 16, "eval_every": 5, "n_seeds": 1},
+        "smoke": {"substrate": "smoke", "n_pairs": 64, "steps": 6, "n_eval": 8, "eval_every": 3,
+                  "n_seeds": 1},
         "book": {},
-        "full": {"lm_scale": "book", "n_pairs": 2048, "steps": 200, "n_eval": 128, "n_seeds": 5},
+        "full": {"n_pairs": 2048, "steps": 200, "n_eval": 128, "eval_every": 20},
     }
 
     def __post_init__(self) -> None:
-        if self.lm_scale not in LM_SCALES:
-            raise ValueError(f"lm_scale must be one of {LM_SCALES}, got {self.lm_scale!r}")
+        if self.substrate not in SUBSTRATES:
+            raise ValueError(f"substrate must be one of {SUBSTRATES}, got {self.substrate!r}")
         if self.topic not in TOPICS:
             raise ValueError(f"topic must be one of {list(TOPICS)}, got {self.topic!r}")
         unknown = [m for m in self.methods if m not in METHODS]
@@ -82,24 +85,22 @@ class LMSettingConfig(ScaledConfig):
 
 
 def topic_vocabulary(topic: str) -> frozenset[str]:
-    """The nouns, adjectives and verbs of ``topic`` in the substrate corpus."""
+    """[reconstruction] The nouns, adjectives and verbs of ``topic`` in the v2 corpus."""
     if topic not in TOPICS:
         raise ValueError(f"unknown topic {topic!r}; expected one of {list(TOPICS)}")
     return frozenset(w for words in TOPICS[topic].values() for w in words)
 
 
 def text_reward(words: list[str], vocab: frozenset[str], length_penalty: float) -> float:
-    """``R = #{w in vocab} - length_penalty * len(words)`` for one response's words."""
+    """[reconstruction] ``R = #{w in vocab} - length_penalty * len(words)`` for one response's words."""
     return float(sum(w in vocab for w in words) - length_penalty * len(words))
 
 
 def response_words(tokenizer, tokens: torch.Tensor, lengths: torch.Tensor) -> list[list[str]]:
-    """The words of each response (``tokens`` ``(n, T)``, ``lengths`` ``(n,)``), special tokens dropped."""
-    special = set(tokenizer.all_special_ids)
-    out = []
-    for row, n in zip(tokens.tolist(), lengths.tolist()):
-        out.append([tokenizer.convert_ids_to_tokens(t) for t in row[:n] if t not in special])
-    return out
+    """The whitespace-separated words of each decoded response (``tokens`` ``(n, T)``,
+    ``lengths`` ``(n,)``; special tokens such as the end token dropped)."""
+    return [tokenizer.decode(row[:n], skip_special_tokens=True).split()
+            for row, n in zip(tokens.tolist(), lengths.tolist())]
 
 
 def rewards(tokenizer, tokens: torch.Tensor, lengths: torch.Tensor, cfg: LMSettingConfig) -> np.ndarray:
@@ -112,11 +113,11 @@ def rewards(tokenizer, tokens: torch.Tensor, lengths: torch.Tensor, cfg: LMSetti
 # ------------------------------------------------------------------ prompts and sampling
 
 
-def corpus_prompts(lm: PretrainedLM, n: int) -> list[str]:
+def corpus_prompts(sub: Substrate, n: int) -> list[str]:
     """The first ``n`` distinct openings ``"text : <word>"`` of the corpus's ``text`` family
-    (train split, corpus order). All have the same token length (``<bos>`` + 3 words)."""
+    (validation split, corpus order)."""
     seen: list[str] = []
-    for e in lm.corpus.train:
+    for e in sub.corpus.val:
         if e.family != "text":
             continue
         p = " ".join(e.prompt.split()[:3])
@@ -127,33 +128,6 @@ def corpus_prompts(lm: PretrainedLM, n: int) -> list[str]:
     raise ValueError(f"the corpus has only {len(seen)} distinct text openings, asked for {n}")
 
 
-@torch.no_grad()
-def sample(model: nn.Module, prompt_ids: torch.Tensor, max_new_tokens: int, eos: int, pad: int,
-           generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ancestral samples (temperature 1) after ``prompt_ids`` ``(n, P)`` (equal-length prompts).
-
-    Returns ``tokens`` ``(n, max_new_tokens)`` (``pad`` after the end) and ``lengths`` ``(n,)``:
-    tokens emitted, the end token included when it was sampled.
-    """
-    if prompt_ids.ndim != 2:
-        raise ValueError(f"prompt_ids must be (n, P), got {tuple(prompt_ids.shape)}")
-    n = prompt_ids.shape[0]
-    ids = prompt_ids
-    alive = torch.ones(n, dtype=torch.bool)
-    lengths = torch.zeros(n, dtype=torch.long)
-    out = torch.full((n, max_new_tokens), pad, dtype=torch.long)
-    for t in range(max_new_tokens):
-        logits = model(input_ids=ids).logits[:, -1].float()
-        a = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(1)
-        out[:, t] = torch.where(alive, a, torch.full_like(a, pad))
-        lengths += alive.long()
-        alive &= a != eos
-        if not bool(alive.any()):
-            break
-        ids = torch.cat([ids, a[:, None]], dim=1)
-    return out, lengths
-
-
 def encode_prompts(tokenizer, prompts: list[str]) -> torch.Tensor:
     """``(n_prompts, P)`` ids (with ``<bos>``); the prompts must tokenize to the same length."""
     ids = tokenizer(prompts)["input_ids"]
@@ -162,21 +136,54 @@ def encode_prompts(tokenizer, prompts: list[str]) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def make_lm_preferences(lm: PretrainedLM, prompt_ids: torch.Tensor, cfg: LMSettingConfig,
+@torch.no_grad()
+def sample(model: nn.Module, prompt_ids: torch.Tensor, max_new_tokens: int, eos: int, pad: int,
+           generator: torch.Generator, use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ancestral samples (temperature 1) after ``prompt_ids`` ``(n, P)`` (equal-length prompts).
+
+    With ``use_cache`` the prompt is prefilled once and each step feeds one token through the
+    KV cache (the same distribution as re-reading the prefix, which ``use_cache=False`` does).
+    Returns ``tokens`` ``(n, max_new_tokens)`` (``pad`` after the end) and ``lengths`` ``(n,)``:
+    tokens emitted, the end token included when it was sampled.
+    """
+    if prompt_ids.ndim != 2:
+        raise ValueError(f"prompt_ids must be (n, P), got {tuple(prompt_ids.shape)}")
+    n = prompt_ids.shape[0]
+    ids, feed, past = prompt_ids, prompt_ids, None
+    alive = torch.ones(n, dtype=torch.bool)
+    lengths = torch.zeros(n, dtype=torch.long)
+    out = torch.full((n, max_new_tokens), pad, dtype=torch.long)
+    for t in range(max_new_tokens):
+        if use_cache:
+            o = model(input_ids=feed, cache=past, use_cache=True)
+            past = o.cache
+        else:
+            o = model(input_ids=ids)
+        a = torch.multinomial(torch.softmax(o.logits[:, -1].float(), -1), 1, generator=generator).squeeze(1)
+        out[:, t] = torch.where(alive, a, torch.full_like(a, pad))
+        lengths += alive.long()
+        alive &= a != eos
+        if not bool(alive.any()):
+            break
+        ids, feed = torch.cat([ids, a[:, None]], dim=1), a[:, None]
+    return out, lengths
+
+
+def make_lm_preferences(sub: Substrate, prompt_ids: torch.Tensor, cfg: LMSettingConfig,
                         seed: int) -> dict[str, torch.Tensor]:
-    """``cfg.n_pairs`` pairs: two reference samples per pair, prompts in turn, label drawn
-    from Bradley-Terry on the true reward. Keys: ``prompt`` (index), ``chosen``, ``rejected``
-    ``(n, T)``, ``len_chosen``, ``len_rejected``, ``r_chosen``, ``r_rejected``."""
+    """[reconstruction] ``cfg.n_pairs`` pairs: two reference samples per pair, prompts in turn,
+    label drawn from Bradley-Terry on the true reward. Keys: ``prompt`` (index), ``chosen``,
+    ``rejected`` ``(n, T)``, ``len_chosen``, ``len_rejected``, ``r_chosen``, ``r_rejected``."""
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
-    tok = lm.tokenizer
+    tok = sub.tokenizer
     k = prompt_ids.shape[0]
     idx = torch.arange(cfg.n_pairs) % k
-    y = torch.zeros(2, cfg.n_pairs, cfg.max_new_tokens, dtype=torch.long)
+    y = torch.full((2, cfg.n_pairs, cfg.max_new_tokens), tok.pad_token_id, dtype=torch.long)
     n = torch.zeros(2, cfg.n_pairs, dtype=torch.long)
     for i in range(k):
         rows = (idx == i).nonzero().squeeze(1)
-        toks, lens = sample(lm.model, prompt_ids[i].repeat(2 * len(rows), 1), cfg.max_new_tokens,
+        toks, lens = sample(sub.model, prompt_ids[i].repeat(2 * len(rows), 1), cfg.max_new_tokens,
                             tok.eos_token_id, tok.pad_token_id, gen)
         y[:, rows], n[:, rows] = toks.view(2, len(rows), -1), lens.view(2, len(rows))
     r = np.stack([rewards(tok, y[j], n[j], cfg) for j in (0, 1)])
@@ -204,22 +211,36 @@ class LMPolicy(nn.Module):
         nn.init.zeros_(self.value.bias)
 
 
-def lm_token_stats(policy: LMPolicy, ref: nn.Module, prompt_ids: torch.Tensor, tokens: torch.Tensor,
+def _inputs(prompt_ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The model input that predicts every response token: the prompt and the response
+    without its last token, ``(B, P + T - 1)``."""
+    return torch.cat([prompt_ids, tokens[:, :-1]], dim=1)
+
+
+@torch.no_grad()
+def reference_logprobs(ref: nn.Module, prompt_ids: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``(B, T, vocab)`` log pi_ref(. | s_t) at every response position (computed once per batch
+    of pairs: the reference never changes)."""
+    P = prompt_ids.shape[1]
+    return torch.log_softmax(ref(input_ids=_inputs(prompt_ids, tokens)).logits[:, P - 1:].float(), -1)
+
+
+def lm_token_stats(policy: LMPolicy, lref: torch.Tensor, prompt_ids: torch.Tensor, tokens: torch.Tensor,
                    lengths: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-token statistics of responses ``tokens`` ``(B, T)`` after ``prompt_ids`` ``(B, P)``,
-    in the format ``train.method_loss`` reads: ``lr`` (log pi/pi_ref of the emitted token),
-    ``mask``, ``v`` (baseline), ``kl_pi_ref`` = KL(pi||pi_ref)(s_t), ``kl_ref_pi``, ``entropy``,
-    all ``(B, T)`` and 0 after each response's end."""
+    """§3 (token MDP of an LM) [reconstruction]: per-token statistics of responses ``tokens``
+    ``(B, T)`` after ``prompt_ids`` ``(B, P)``, given the reference's log-probs ``lref``
+    ``(B, T, vocab)`` (:func:`reference_logprobs`), in the format ``train.method_loss`` reads:
+    ``lr`` (log pi/pi_ref of the emitted token), ``mask``, ``v`` (baseline), ``kl_pi_ref`` =
+    KL(pi||pi_ref)(s_t), ``kl_ref_pi``, ``entropy``, all ``(B, T)`` and 0 after each response's end."""
     if tokens.ndim != 2 or prompt_ids.shape[0] != tokens.shape[0] or lengths.shape != (tokens.shape[0],):
         raise ValueError(f"expected prompt_ids (B, P), tokens (B, T), lengths (B,); got "
                          f"{tuple(prompt_ids.shape)}, {tuple(tokens.shape)}, {tuple(lengths.shape)}")
+    if lref.shape[:2] != tokens.shape:
+        raise ValueError(f"lref must be (B, T, vocab) for tokens {tuple(tokens.shape)}, got {tuple(lref.shape)}")
     P, T = prompt_ids.shape[1], tokens.shape[1]
-    ids = torch.cat([prompt_ids, tokens[:, :-1]], dim=1)
-    out = policy.lm(input_ids=ids, output_hidden_states=True)
+    out = policy.lm(input_ids=_inputs(prompt_ids, tokens), output_hidden_states=True)
     logp = torch.log_softmax(out.logits[:, P - 1:].float(), -1)
     v = policy.value(out.hidden_states[-1][:, P - 1:].detach()).squeeze(-1)
-    with torch.no_grad():
-        lref = torch.log_softmax(ref(input_ids=ids).logits[:, P - 1:].float(), -1)
     mask = (torch.arange(T)[None, :] < lengths[:, None]).float()
     p = logp.exp()
     lr = (logp - lref).gather(-1, tokens[..., None]).squeeze(-1) * mask
@@ -230,21 +251,21 @@ def lm_token_stats(policy: LMPolicy, ref: nn.Module, prompt_ids: torch.Tensor, t
 
 
 @torch.no_grad()
-def evaluate_lm(policy: LMPolicy, lm: PretrainedLM, prompt_ids: torch.Tensor, cfg: LMSettingConfig,
+def evaluate_lm(policy: LMPolicy, sub: Substrate, prompt_ids: torch.Tensor, cfg: LMSettingConfig,
                 seed: int = 12345) -> dict[str, float]:
     """``cfg.n_eval`` samples per prompt from the policy (same random numbers for every method):
     ``reward`` (mean true R), ``kl_ref`` (sequence KL(pi||pi_ref) estimated as the mean over
-    samples of the summed per-state KLs), ``length`` (mean emitted tokens), ``topic_words``."""
+    samples of the summed per-state KLs, nats), ``length`` (mean emitted tokens), ``topic_words``."""
     was = policy.lm.training
     policy.lm.eval()
     gen = torch.Generator().manual_seed(seed)
-    tok = lm.tokenizer
+    tok = sub.tokenizer
     rs, kls, lens, hits = [], [], [], []
     vocab = topic_vocabulary(cfg.topic)
     for i in range(prompt_ids.shape[0]):
         x = prompt_ids[i].repeat(cfg.n_eval, 1)
         y, n = sample(policy.lm, x, cfg.max_new_tokens, tok.eos_token_id, tok.pad_token_id, gen)
-        s = lm_token_stats(policy, lm.model, x, y, n)
+        s = lm_token_stats(policy, reference_logprobs(sub.model, x, y), x, y, n)
         rs.append(rewards(tok, y, n, cfg))
         kls.append(s["kl_pi_ref"].sum(1).numpy())
         lens.append(n.numpy())
@@ -254,26 +275,30 @@ def evaluate_lm(policy: LMPolicy, lm: PretrainedLM, prompt_ids: torch.Tensor, cf
             "length": float(np.concatenate(lens).mean()), "topic_words": float(np.concatenate(hits).mean())}
 
 
-def train_lm_method(method: str, lm: PretrainedLM, prompt_ids: torch.Tensor,
-                    prefs: dict[str, torch.Tensor], cfg: LMSettingConfig, seed: int) -> pd.DataFrame:
+def train_lm_method(method: str, sub: Substrate, prompt_ids: torch.Tensor,
+                    prefs: dict[str, torch.Tensor], cfg: LMSettingConfig, seed: int,
+                    ref_lp: tuple[torch.Tensor, torch.Tensor] | None = None) -> pd.DataFrame:
     """One run from the substrate model with ``method``'s loss (``train.method_loss``): the same
-    data, minibatch order (from ``seed``), beta, steps and lr for every method. Returns one row
-    per evaluation (step 0 included)."""
+    data, minibatch order (from ``seed``), beta, steps and lr for every method. ``ref_lp`` holds
+    the reference log-probs of the chosen and rejected responses (computed here if ``None``).
+    Returns one row per evaluation (step 0 included)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
-    set_seed(seed, threads=THREADS)
-    policy = LMPolicy(lm.model)
+    if ref_lp is None:
+        ref_lp = pair_reference_logprobs(sub, prompt_ids, prefs)
+    set_seed(seed)
+    policy = LMPolicy(sub.model)
     params = list(policy.lm.parameters())
     if METHODS[method][0] == "tbpo-q":
         params += list(policy.value.parameters())
     opt = torch.optim.Adam(params, lr=cfg.lr)
     order = np.random.default_rng(seed + 1000)
     n = prefs["prompt"].shape[0]
-    rows = [{"method": method, "seed": seed, "step": 0, **evaluate_lm(policy, lm, prompt_ids, cfg)}]
+    rows = [{"method": method, "seed": seed, "step": 0, **evaluate_lm(policy, sub, prompt_ids, cfg)}]
     for step in progress(range(1, cfg.steps + 1), desc=f"LM {method} seed {seed}"):
         idx = torch.as_tensor(order.choice(n, size=min(cfg.batch_size, n), replace=False))
         x = prompt_ids[prefs["prompt"][idx]]
-        s = lm_token_stats(policy, lm.model, torch.cat([x, x]),
+        s = lm_token_stats(policy, torch.cat([ref_lp[0][idx], ref_lp[1][idx]]), torch.cat([x, x]),
                            torch.cat([prefs["chosen"][idx], prefs["rejected"][idx]]),
                            torch.cat([prefs["len_chosen"][idx], prefs["len_rejected"][idx]]))
         B = idx.shape[0]
@@ -284,8 +309,19 @@ def train_lm_method(method: str, lm: PretrainedLM, prompt_ids: torch.Tensor,
         opt.step()
         if step % cfg.eval_every == 0 or step == cfg.steps:
             rows.append({"method": method, "seed": seed, "step": step,
-                         **evaluate_lm(policy, lm, prompt_ids, cfg)})
+                         **evaluate_lm(policy, sub, prompt_ids, cfg)})
     return pd.DataFrame(rows)
+
+
+def pair_reference_logprobs(sub: Substrate, prompt_ids: torch.Tensor, prefs: dict[str, torch.Tensor],
+                            chunk: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(n_pairs, T, vocab)`` reference log-probs of the chosen and of the rejected responses."""
+    out = []
+    for key in ("chosen", "rejected"):
+        parts = [reference_logprobs(sub.model, prompt_ids[prefs["prompt"][i:i + chunk]], prefs[key][i:i + chunk])
+                 for i in range(0, prefs["prompt"].shape[0], chunk)]
+        out.append(torch.cat(parts))
+    return out[0], out[1]
 
 
 @dataclass
@@ -293,38 +329,35 @@ class LMExperiment:
     """What the LM setting produced."""
 
     cfg: LMSettingConfig
-    lm: PretrainedLM
+    sub: Substrate
     prompts: list[str]
     evals: pd.DataFrame
     prefs: dict[str, torch.Tensor]  # the first seed's pairs
 
 
-def run_lm_experiment(cfg: LMSettingConfig, seed: int = 0) -> LMExperiment:
-    """Load (or train, once, cached) the substrate model; for each seed draw preference pairs
-    and train every method of ``cfg.methods`` from the substrate model."""
-    lm = pretrain(scale=cfg.lm_scale)
-    prompts = corpus_prompts(lm, cfg.n_prompts)
-    prompt_ids = encode_prompts(lm.tokenizer, prompts)
+def run_lm_experiment(cfg: LMSettingConfig, seeds: list[int] | range) -> LMExperiment:
+    """Load the shipped substrate (no training); for each seed draw preference pairs and train
+    every method of ``cfg.methods`` from the substrate model."""
+    sub = load_substrate(cfg.substrate)
+    prompts = corpus_prompts(sub, cfg.n_prompts)
+    prompt_ids = encode_prompts(sub.tokenizer, prompts)
     evals, first = [], None
-    for s in range(seed, seed + cfg.n_seeds):
-        prefs = make_lm_preferences(lm, prompt_ids, cfg, seed=s)
+    for s in seeds:
+        prefs = make_lm_preferences(sub, prompt_ids, cfg, seed=s)
         first = prefs if first is None else first
+        ref_lp = pair_reference_logprobs(sub, prompt_ids, prefs)
         for m in cfg.methods:
-            evals.append(train_lm_method(m, lm, prompt_ids, prefs, cfg, s))
-    return LMExperiment(cfg, lm, prompts, pd.concat(evals, ignore_index=True), first)
+            evals.append(train_lm_method(m, sub, prompt_ids, prefs, cfg, s, ref_lp))
+    return LMExperiment(cfg, sub, prompts, pd.concat(evals, ignore_index=True), first)
 
 
-def lm_summary(evals: pd.DataFrame) -> pd.DataFrame:
-    """Final (last-step) reward, KL to the reference, length and topic words per method: seed
-    mean and std; plus a ``reference`` row (the step-0 evaluation, the substrate model itself)."""
+def lm_final(evals: pd.DataFrame) -> pd.DataFrame:
+    """The last evaluation of every (method, seed) run, plus ``reference`` rows (each seed's
+    step-0 evaluation of DPO's run: the substrate model itself)."""
     last = evals[evals["step"] == evals.groupby(["method", "seed"])["step"].transform("max")]
-    cols = ["reward", "kl_ref", "length", "topic_words"]
-    g = last.groupby("method", sort=False)[cols]
-    out = g.mean().add_suffix(" mean").join(g.std(ddof=0).add_suffix(" std"))
-    ref = evals[evals["step"] == 0][cols].mean()
-    out.loc["reference", [f"{c} mean" for c in cols]] = ref.values
-    out.loc["reference", [f"{c} std" for c in cols]] = 0.0
-    return out
+    first_method = evals["method"].iloc[0]
+    ref = evals[(evals["step"] == 0) & (evals["method"] == first_method)].assign(method="reference")
+    return pd.concat([last, ref], ignore_index=True)
 
 
 def plot_lm_frontier(evals: pd.DataFrame):
@@ -333,7 +366,7 @@ def plot_lm_frontier(evals: pd.DataFrame):
 
     from minirepro.papers.tbpo.plots import color
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
     for m in dict.fromkeys(evals["method"]):
         g = evals[evals["method"] == m].groupby("step")[["kl_ref", "reward"]].mean()
         ax.plot(g["kl_ref"], g["reward"], "-o", ms=3, color=color(m), label=m)
@@ -344,6 +377,6 @@ def plot_lm_frontier(evals: pd.DataFrame):
     ax.set_xlabel("KL(pi || pi_ref) per response (nats, estimated from samples)")
     ax.set_ylabel("true reward of the policy's samples")
     ax.set_title("Tiny LM: reward against KL to the reference (mean of seeds)")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     return fig

@@ -77,6 +77,19 @@ def bregman_ell(log_R: torch.Tensor, member: str, lam: float = 1.0) -> torch.Ten
     return (torch.exp((lam + 1) * log_R) - (lam + 1) / lam * torch.exp(-lam * log_R)) / (4 * (lam + 1))
 
 
+def generic_bregman_ell(log_R: torch.Tensor, member: str, lam: float = 1.0) -> torch.Tensor:
+    """§3 (the tractable Bregman loss), computed from ``h`` alone: ``c_h [h'(R) R - h(R) - h'(1/R)]``
+    with ``h'`` by autograd, in float64, elementwise in ``log R`` (no closed form used).
+
+    An independent check of :func:`bregman_ell`: the two agree up to an additive constant
+    (zero for the logistic member, which is DPO's loss)."""
+    R = torch.exp(log_R.detach().to(torch.float64)).requires_grad_(True)
+    hp = torch.autograd.grad(bregman_h(R, member, lam).sum(), R)[0]
+    Rinv = (1 / R).detach().requires_grad_(True)
+    hp_inv = torch.autograd.grad(bregman_h(Rinv, member, lam).sum(), Rinv)[0]
+    return (bregman_scale(member, lam) * (hp * R - bregman_h(R, member, lam) - hp_inv)).detach()
+
+
 def _check_pair(lr_w: torch.Tensor, mask_w: torch.Tensor, lr_l: torch.Tensor,
                 mask_l: torch.Tensor, beta: float | None = None) -> None:
     if lr_w.ndim != 2:
