@@ -9,12 +9,14 @@ Modules, one per concern:
 * :mod:`~minirepro.papers.sparseinfer.baselines`: the similarity-guided variant
   (KMeans over core sets) and the baselines at equal budget (random, static hot,
   per-token oracle, DejaVu-like low-rank predictor).
-* :mod:`~minirepro.papers.sparseinfer.experiment`: the prefill/decode protocol,
-  continuation quality, stability and similarity of core sets.
+* :mod:`~minirepro.papers.sparseinfer.experiment`: the protocol on the v2
+  substrate (dense prefill of the full prompt, sparse decoding; exact match,
+  NLL and agreement with the dense model), stability and similarity of core sets.
 * :mod:`~minirepro.papers.sparseinfer.speed`: SparseInfer generation, timings and
   the FLOP bound.
-* :mod:`~minirepro.papers.sparseinfer.run`: the chapter's config and one seed of
-  the comparison, and the sparsity sweep.
+* :mod:`~minirepro.papers.sparseinfer.run`: the chapter's :class:`Config`, one
+  seed of the comparison (:func:`run_seed`, :func:`run_experiment`) and the sparsity sweep.
+* :mod:`~minirepro.papers.sparseinfer.plots`: the figures.
 """
 
 from minirepro.papers.sparseinfer.baselines import (
@@ -39,14 +41,25 @@ from minirepro.papers.sparseinfer.core import (
 )
 from minirepro.papers.sparseinfer.experiment import (
                                                     METHODS,
-                                                    evaluate_method,
+                                                    Item,
+                                                    decode_item,
                                                     make_items,
+                                                    score_item,
                                                     similarity,
                                                     stability,
+                                                    trace_example,
 )
-from minirepro.papers.sparseinfer.run import SparseInferConfig, run_seed, run_sweep, settle_claims
+from minirepro.papers.sparseinfer.run import (
+                                                    Config,
+                                                    run_experiment,
+                                                    run_seed,
+                                                    run_sweep,
+                                                    summarise,
+                                                    test_items,
+)
 from minirepro.papers.sparseinfer.speed import (
                                                     decode_macs,
+                                                    dense_generate,
                                                     flop_bound,
                                                     sparseinfer_generate,
                                                     time_decoding,
@@ -54,10 +67,11 @@ from minirepro.papers.sparseinfer.speed import (
 )
 
 __all__ = [
-    "METHODS", "LowRankPredictor", "SimilarityIndex", "SparseInferConfig", "budget",
-    "capture_preactivations", "core_neurons", "decode_macs", "evaluate_method", "ffn_blocks",
-    "fit_similarity_index", "flop_bound", "jaccard", "make_items", "masked_ffn", "random_sets",
-    "run_seed", "run_sweep", "sentence_core_neurons", "settle_claims", "similarity", "sliced_ffn",
-    "sparse_layer_ids", "sparseinfer_generate", "stability", "static_hot_sets",
-    "time_decoding", "time_ffn_block", "token_core_neurons", "train_dejavu",
+    "METHODS", "Config", "Item", "LowRankPredictor", "SimilarityIndex", "budget",
+    "capture_preactivations", "core_neurons", "decode_item", "decode_macs", "dense_generate",
+    "ffn_blocks", "fit_similarity_index", "flop_bound", "jaccard", "make_items", "masked_ffn",
+    "random_sets", "run_experiment", "run_seed", "run_sweep", "score_item", "sentence_core_neurons",
+    "similarity", "sliced_ffn", "sparse_layer_ids", "sparseinfer_generate", "stability",
+    "static_hot_sets", "summarise", "test_items", "time_decoding", "time_ffn_block",
+    "token_core_neurons", "trace_example", "train_dejavu",
 ]

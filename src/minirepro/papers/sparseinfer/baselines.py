@@ -138,12 +138,14 @@ class LowRankPredictor(nn.Module):
 
 
 def train_dejavu(inputs: dict[int, torch.Tensor], acts: dict[int, torch.Tensor], rank: int = 16,
-                 steps: int = 150, lr: float = 1e-2, seed: int = 0) -> dict[int, LowRankPredictor]:
+                 steps: int = 150, lr: float = 1e-2, seed: int = 0,
+                 max_tokens: int | None = None) -> dict[int, LowRankPredictor]:
     """Fit one low-rank predictor per layer on calibration tokens (binary cross-entropy).
 
     Args:
         inputs: ``{layer: (N, d_model)}`` FFN inputs of the calibration tokens.
         acts: ``{layer: (N, d_ff)}`` their pre-activations; the target is ``a > 0``.
+        max_tokens: train on a seeded random subset of at most this many tokens (``None``: all).
     """
     preds = {}
     for i in sorted(inputs):
@@ -151,6 +153,9 @@ def train_dejavu(inputs: dict[int, torch.Tensor], acts: dict[int, torch.Tensor],
         x, y = inputs[i].float(), (acts[i] > 0).float()
         if x.shape[0] != y.shape[0] or x.shape[0] == 0:
             raise ValueError(f"layer {i}: inputs and activations must have the same non-zero N")
+        if max_tokens is not None and x.shape[0] > max_tokens:
+            keep = torch.randperm(x.shape[0])[:max_tokens]
+            x, y = x[keep], y[keep]
         p = LowRankPredictor(x.shape[1], y.shape[1], rank)
         opt = torch.optim.Adam(p.parameters(), lr=lr)
         with torch.enable_grad():

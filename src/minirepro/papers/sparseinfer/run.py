@@ -1,16 +1,17 @@
-"""One seed of the chapter's comparison, and the sparsity sweep."""
+"""The chapter's config, one seed of the comparison, the sparsity sweep."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 import torch
 
-from minirepro.core.lm.corpus import generate_split
-from minirepro.core.lm.pretrain import PretrainedLM
+from minirepro.core.lm.corpus_v2 import CorpusV2, Example, generate_split_v2
+from minirepro.core.lm.substrate import Substrate
 from minirepro.core.progress import progress
 from minirepro.core.scale import ScaledConfig
 from minirepro.core.seed import set_seed
@@ -23,56 +24,71 @@ from minirepro.papers.sparseinfer.baselines import (
 from minirepro.papers.sparseinfer.core import capture_preactivations, ffn_blocks, sparse_layer_ids
 from minirepro.papers.sparseinfer.experiment import (
     METHODS,
-    dense_preacts,
-    evaluate_method,
+    Item,
+    decode_item,
+    full_set_mismatches,
     make_items,
     method_rules,
+    prefill_with_preacts,
+    score_item,
     similarity,
     stability,
+    trace_example,
 )
 
 
 @dataclass
-class SparseInferConfig(ScaledConfig):
+class Config(ScaledConfig):
     """The chapter's knobs.
 
     Attributes:
+        substrate: the shipped v2 model (:func:`~minirepro.core.lm.load_substrate` preset).
         token_sparsity: ``alpha``, token-wise top fraction of the positive pre-activations (paper: 0.2).
         sparsity: ``gamma``, kept fraction of FFN neurons per sparsified layer (paper: 0.4).
         layers: ``"middle"`` (paper: first and last layer stay dense) or ``"all"``.
-        n_prompts: test prompts per seed (families in turn).
-        n_sweep_prompts: how many of them the sparsity sweep uses.
-        n_calib: calibration prompts from the train split (static hot, DejaVu, clusters).
+        n_seeds: seeds (test prompts, calibration prompts, random draws).
+        qa_families: corpus families scored by exact match.
+        n_qa: test prompts per QA family per seed.
+        n_trace: trace-writing prompts per seed.
+        n_sweep: how many of the first seed's trace prompts the sparsity sweep uses.
+        n_topic: ``text`` prompts per seed for the similarity analysis.
+        n_calib: calibration prompts (static hot, DejaVu, clusters), fresh per seed.
         n_clusters: KMeans clusters of the similarity-guided variant.
         dejavu_rank, dejavu_steps: the low-rank predictor's rank and training steps.
-        prefix_frac: share of each prompt used as the prefill.
-        sweep: kept fractions of the sparsity sweep.
-        decode_tokens: tokens generated in the timing run.
-        timing_repeats: timing samples per arm (medians reported).
-        threads: torch threads for the experiment (one: the model is too small to gain from two).
+        sweep: kept fractions of the sparsity sweep (first seed, trace prompts).
+        decode_tokens: tokens generated in the timing runs.
+        n_timing_prompts: prompts timed (each a median of ``timing_repeats``).
+        timing_repeats: timing samples per arm and prompt.
+        threads: torch threads (one: the model is too small to gain from two).
     """
 
+    substrate: str = "book-opt"
     token_sparsity: float = 0.2
     sparsity: float = 0.4
     layers: str = "middle"
-    n_prompts: int = 64
-    n_sweep_prompts: int = 32
-    n_calib: int = 120
+    n_seeds: int = 5
+    qa_families: tuple[str, ...] = ("text", "facts", "relay", "arith")
+    n_qa: int = 8
+    n_trace: int = 16
+    n_sweep: int = 8
+    n_topic: int = 32
+    n_calib: int = 64
     n_clusters: int = 8
     dejavu_rank: int = 16
-    dejavu_steps: int = 100
-    prefix_frac: float = 0.5
+    dejavu_steps: int = 60
     sweep: tuple[float, ...] = (0.1, 0.2, 0.4, 0.6, 0.8)
     decode_tokens: int = 32
-    timing_repeats: int = 9
+    n_timing_prompts: int = 5
+    timing_repeats: int = 5
     threads: int = 1
 
     PRESETS: ClassVar = {
-        "smoke": {"n_prompts": 32, "n_sweep_prompts": 16, "n_calib": 48, "n_clusters": 4, "dejavu_steps": 60,
-                  "sweep": (0.2, 0.4, 0.8), "decode_tokens": 16, "timing_repeats": 5},
+        "smoke": {"substrate": "smoke-opt", "n_seeds": 1, "n_qa": 4, "n_trace": 6, "n_sweep": 4, "n_topic": 8,
+                  "n_calib": 16, "n_clusters": 4, "dejavu_steps": 20, "sweep": (0.2, 0.8),
+                  "decode_tokens": 8, "n_timing_prompts": 2, "timing_repeats": 3},
         "book": {},
-        "full": {"n_prompts": 400, "n_sweep_prompts": 200, "n_calib": 600, "n_clusters": 12, "dejavu_steps": 400,
-                 "timing_repeats": 21},
+        "full": {"n_seeds": 10, "n_qa": 50, "n_trace": 60, "n_sweep": 30, "n_topic": 80, "n_calib": 300,
+                 "n_clusters": 12, "dejavu_steps": 300, "timing_repeats": 9},
     }
 
     def __post_init__(self) -> None:
@@ -82,155 +98,159 @@ class SparseInferConfig(ScaledConfig):
                 raise ValueError(f"{name} must be in (0, 1], got {v}")
         if self.layers not in ("middle", "all"):
             raise ValueError(f"layers must be 'middle' or 'all', got {self.layers!r}")
-        if self.n_prompts < 4 or self.n_calib < self.n_clusters:
-            raise ValueError("need n_prompts >= 4 and n_calib >= n_clusters")
+        if self.n_trace < 2 or self.n_topic < 4 or self.n_calib < self.n_clusters or self.n_seeds < 1:
+            raise ValueError("need n_trace >= 2, n_topic >= 4, n_calib >= n_clusters, n_seeds >= 1")
         self.sweep = tuple(float(s) for s in self.sweep)
+        self.qa_families = tuple(self.qa_families)
+
+
+def _prompts(corpus: CorpusV2, families: tuple[str, ...], n: int, seed: int) -> list[Example]:
+    """``n`` fresh examples of ``families`` (in turn), generated from ``seed`` (never a training line)."""
+    cfg = dataclasses.replace(corpus.config, families=families)
+    return generate_split_v2(cfg, n, seed, CorpusV2(cfg), "test")
+
+
+def test_items(sub: Substrate, cfg: Config, seed: int) -> list[Item]:
+    """The seed's QA items (``n_qa`` per family) and trace items (``n_trace``)."""
+    fams = cfg.qa_families
+    qa = _prompts(sub.corpus, fams, cfg.n_qa * len(fams), 10_000 + seed)
+    tr = [trace_example(e) for e in _prompts(sub.corpus, ("relay",), cfg.n_trace, 30_000 + seed)]
+    return make_items(sub.tokenizer, qa, "qa") + make_items(sub.tokenizer, tr, "trace")
 
 
 @dataclass
 class Calibration:
-    """Offline artefacts fitted on training prompts: static sets, clusters, DejaVu predictors."""
+    """Offline parts fitted on calibration prompts: static sets, clusters, DejaVu predictors."""
 
     layers: list[int]
     static: dict[int, torch.Tensor]
     index: Any
     predictors: dict
-    recall: float = float("nan")
-    extra: dict = field(default_factory=dict)
+    acts: list[list[torch.Tensor]]
 
 
 @torch.no_grad()
-def calibrate(lm: PretrainedLM, cfg: SparseInferConfig, seed: int, sparsity: float | None = None) -> Calibration:
-    """Fit the offline parts of the baselines on ``n_calib`` training prompts (seeded choice)."""
-    sparsity = cfg.sparsity if sparsity is None else sparsity
-    model, tok = lm.model, lm.tokenizer
+def dense_io(model, ids: torch.Tensor, layers) -> tuple[list[torch.Tensor], dict, dict]:
+    """One dense forward over ``ids (T,)``: per-layer pre-activations ``(T, d_ff)`` and, for ``layers``, FFN inputs and pre-activations."""
+    store: dict = {}
+    inputs: dict = {}
+    with capture_preactivations(model, store, inputs):
+        model(input_ids=ids[None], use_cache=False)
+    acts = [torch.cat(store[i]) for i in sorted(store)]
+    return acts, {i: torch.cat(inputs[i]) for i in layers}, {i: acts[i] for i in layers}
+
+
+def calibration_data(sub: Substrate, cfg: Config, seed: int):
+    """Dense pre-activations of ``n_calib`` fresh prompts of the test families (seed ``20_000 + seed``).
+
+    Returns ``(layers, acts, xs, ys)``: the sparsified layers, per prompt the per-layer
+    pre-activations ``(T, d_ff)``, and per sparsified layer the stacked FFN inputs and pre-activations.
+    """
+    model, tok = sub.model, sub.tokenizer
     layers = sparse_layer_ids(len(ffn_blocks(model)), cfg.layers)
-    rng = np.random.default_rng(seed)
-    train = lm.corpus.train
-    chosen = [train[j] for j in rng.choice(len(train), size=min(cfg.n_calib, len(train)), replace=False)]
+    fams = tuple(dict.fromkeys((*cfg.qa_families, "relay")))
     acts, xs, ys = [], {}, {}
-    for e in chosen:
-        ids = torch.tensor(tok(e.prompt)["input_ids"])
-        store, inputs = {}, {}
-        with capture_preactivations(model, store, inputs):
-            model(input_ids=ids[None], use_cache=False)
-        acts.append([torch.cat(store[i]) for i in sorted(store)])
+    for e in _prompts(sub.corpus, fams, cfg.n_calib, 20_000 + seed):
+        a, x, y = dense_io(model, torch.tensor(tok(e.text)["input_ids"]), layers)
+        acts.append(a)
         for i in layers:
-            xs.setdefault(i, []).append(torch.cat(inputs[i]))
-            ys.setdefault(i, []).append(torch.cat(store[i]))
-    xs = {i: torch.cat(v) for i, v in xs.items()}
-    ys = {i: torch.cat(v) for i, v in ys.items()}
-    static = static_hot_sets(acts, layers, sparsity)
-    index = fit_similarity_index(acts, layers, cfg.n_clusters, cfg.token_sparsity, sparsity, seed=seed)
-    preds = train_dejavu(xs, ys, rank=cfg.dejavu_rank, steps=cfg.dejavu_steps, seed=seed)
-    return Calibration(layers, static, index, preds, extra={"xs": xs, "ys": ys})
+            xs.setdefault(i, []).append(x[i])
+            ys.setdefault(i, []).append(y[i])
+    return layers, acts, {i: torch.cat(v) for i, v in xs.items()}, {i: torch.cat(v) for i, v in ys.items()}
 
 
-def test_examples(lm: PretrainedLM, cfg: SparseInferConfig, seed: int):
-    """Fresh test prompts for ``seed`` (a split the model never saw, generated from seed 10_000 + seed)."""
-    return generate_split(lm.corpus.config, cfg.n_prompts, 10_000 + seed)
+def calibrate(sub: Substrate, cfg: Config, seed: int) -> Calibration:
+    """Fit the baselines' offline parts (static hot sets, clusters, DejaVu) on :func:`calibration_data`."""
+    layers, acts, xs, ys = calibration_data(sub, cfg, seed)
+    static = static_hot_sets(acts, layers, cfg.sparsity)
+    index = fit_similarity_index(acts, layers, cfg.n_clusters, cfg.token_sparsity, cfg.sparsity, seed=seed)
+    preds = train_dejavu(xs, ys, rank=cfg.dejavu_rank, steps=cfg.dejavu_steps, seed=seed,
+                         max_tokens=512)
+    return Calibration(layers, static, index, preds, acts)
 
 
-def run_seed(lm: PretrainedLM, cfg: SparseInferConfig, seed: int,
-             methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
-    """Everything for one seed: quality of every method, stability, similarity, predictor recall."""
-    set_seed(seed, threads=cfg.threads)
-    model, tok = lm.model, lm.tokenizer
-    cal = calibrate(lm, cfg, seed)
-    examples = test_examples(lm, cfg, seed)
-    items = make_items(tok, examples, cfg.prefix_frac)
+def evaluate(sub: Substrate, items: list[Item], cal: Calibration, cfg: Config, seed: int,
+             methods: tuple[str, ...] = METHODS, sparsity: float | None = None) -> pd.DataFrame:
+    """One row per (method, item): ``correct`` (QA), ``nll``, ``n_decoded``, ``agree`` with dense."""
+    sparsity = cfg.sparsity if sparsity is None else sparsity
+    model, tok = sub.model, sub.tokenizer
     rng = np.random.default_rng(seed)
+    eos = tok.eos_token_id
+    pres = [prefill_with_preacts(model, it.prompt) for it in items]  # the same for every method
+    dense = [decode_item(model, it, "dense", None, cal.layers, len(it.cont), eos, it.task == "qa", pre)
+             for it, pre in zip(items, pres)]
     rows = []
-    for m in progress(methods, desc=f"methods (seed {seed})"):
-        kind, rule = method_rules(m, cal.layers, cfg.token_sparsity, cfg.sparsity, rng,
-                                  cal.static, cal.index, cal.predictors)
-        q = evaluate_method(model, tok, items, kind, rule, cal.layers)
-        rows.append({"seed": seed, "method": m, "ppl": q.ppl, "accuracy": q.accuracy,
-                     **{f"acc_{f}": v for f, v in q.per_family.items()}})
-    acts = [dense_preacts(model, it.ids) for it in items]
-    stab = stability(acts, items, cal.layers, cfg.token_sparsity, cfg.sparsity)
-    prompt_acts = [[a[:it.answer_pos] for a in A] for A, it in zip(acts, items)]
-    text = [j for j, e in enumerate(examples) if e.family == "text"]
-    sim_topic, M, names = similarity([prompt_acts[j] for j in text], [examples[j].topic for j in text],
-                                     cal.layers, cfg.token_sparsity, cfg.sparsity)
-    sim_family, Mf, fnames = similarity(prompt_acts, [e.family for e in examples], cal.layers,
-                                        cfg.token_sparsity, cfg.sparsity)
-    test_x, test_y = _token_io(model, items, cal.layers)
-    recall = predictor_recall(cal.predictors, test_x, test_y, cfg.sparsity)
-    return {"quality": pd.DataFrame(rows), "stability": stab, "similarity_topic": sim_topic,
-            "topic_matrix": (M, names), "similarity_family": sim_family,
-            "family_matrix": (Mf, fnames), "dejavu_recall": recall, "layers": cal.layers,
-            "active_fraction": float(np.mean([float((y > 0).float().mean()) for y in test_y.values()]))}
-
-
-@torch.no_grad()
-def _token_io(model, items, layers):
-    xs, ys = {}, {}
-    for it in items:
-        store, inputs = {}, {}
-        with capture_preactivations(model, store, inputs):
-            model(input_ids=it.ids[None], use_cache=False)
-        for i in layers:
-            xs.setdefault(i, []).append(torch.cat(inputs[i]))
-            ys.setdefault(i, []).append(torch.cat(store[i]))
-    return {i: torch.cat(v) for i, v in xs.items()}, {i: torch.cat(v) for i, v in ys.items()}
-
-
-def run_sweep(lm: PretrainedLM, cfg: SparseInferConfig, seed: int,
-              methods: tuple[str, ...] = ("SparseInfer", "random", "static hot")) -> pd.DataFrame:
-    """Continuation perplexity and accuracy of fixed-set methods at every kept fraction in ``cfg.sweep``."""
-    set_seed(seed, threads=cfg.threads)
-    model, tok = lm.model, lm.tokenizer
-    examples = test_examples(lm, cfg, seed)[:cfg.n_sweep_prompts]
-    items = make_items(tok, examples, cfg.prefix_frac)
-    rng = np.random.default_rng(seed)
-    layers = sparse_layer_ids(len(ffn_blocks(model)), cfg.layers)
-    calib = _calibration_acts(lm, cfg, seed) if "static hot" in methods else None
-    rows = []
-    for g in progress(cfg.sweep, desc="sparsity sweep"):
-        static = static_hot_sets(calib, layers, g) if calib is not None else None
-        for m in methods:
-            kind, rule = method_rules(m, layers, cfg.token_sparsity, g, rng, static=static)
-            q = evaluate_method(model, tok, items, kind, rule, layers)
-            rows.append({"kept": g, "method": m, "ppl": q.ppl, "accuracy": q.accuracy})
-    dense = evaluate_method(model, tok, items, "dense", None, layers)
-    rows.append({"kept": 1.0, "method": "dense", "ppl": dense.ppl, "accuracy": dense.accuracy})
+    for m in methods:
+        kind, rule = method_rules(m, cal.layers, cfg.token_sparsity, sparsity, rng, cal.static,
+                                  cal.index, cal.predictors)
+        for it, dn, pre in zip(items, dense, pres):
+            d = dn if m == "dense" else decode_item(model, it, kind, rule, cal.layers, len(it.cont),
+                                                    eos, it.task == "qa", pre)
+            s = score_item(it, d, dn, tok)
+            rows.append({"seed": seed, "method": m, "task": it.task, "family": it.family,
+                         "correct": s.correct, "nll": s.nll, "n_decoded": s.n_decoded, "agree": s.agree})
     return pd.DataFrame(rows)
 
 
-@torch.no_grad()
-def _calibration_acts(lm, cfg, seed):
-    rng = np.random.default_rng(seed)
-    train = lm.corpus.train
-    chosen = [train[j] for j in rng.choice(len(train), size=min(cfg.n_calib, len(train)), replace=False)]
-    return [dense_preacts(lm.model, torch.tensor(lm.tokenizer(e.prompt)["input_ids"])) for e in chosen]
+def summarise(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (seed, method): QA exact match, and per task the NLL per decoded token and the agreement."""
+    out = []
+    for (seed, m), g in rows.groupby(["seed", "method"], sort=False):
+        r: dict[str, Any] = {"seed": seed, "method": m}
+        qa = g[g.task == "qa"]
+        r["em"] = float(qa["correct"].astype(float).mean()) if len(qa) else float("nan")
+        for f, gf in qa.groupby("family", sort=False):
+            r[f"em {f}"] = float(gf["correct"].astype(float).mean())
+        for task, gt in g.groupby("task", sort=False):
+            n = gt["n_decoded"].sum()
+            r[f"nll {task}"] = float(gt["nll"].sum() / n) if n else float("nan")
+            r[f"agree {task}"] = float(gt["agree"].sum() / n) if n else float("nan")
+        out.append(r)
+    return pd.DataFrame(out)
 
 
-def settle_claims(claims: dict, quality: pd.DataFrame, runs: list[dict], cfg: SparseInferConfig) -> dict[str, str]:
-    """Apply the rules stated in the chapter to the measurements; returns ``{claim: verdict}``."""
-    from minirepro.results import decide
+def run_seed(sub: Substrate, cfg: Config, seed: int, methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
+    """Everything for one seed: every method's scores, stability, similarity, predictor recall."""
+    set_seed(seed, threads=cfg.threads)
+    model, tok = sub.model, sub.tokenizer
+    cal = calibrate(sub, cfg, seed)
+    items = test_items(sub, cfg, seed)
+    rows = evaluate(sub, items, cal, cfg, seed, methods)
+    trace = [it for it in items if it.task == "trace"]
+    io = [dense_io(model, torch.cat([it.prompt, it.cont]), cal.layers) for it in trace]
+    stab = stability([a for a, _, _ in io], [len(it.prompt) for it in trace], cal.layers,
+                     cfg.token_sparsity, cfg.sparsity)
+    recall = predictor_recall(cal.predictors, {i: torch.cat([x[i] for _, x, _ in io]) for i in cal.layers},
+                              {i: torch.cat([y[i] for _, _, y in io]) for i in cal.layers}, cfg.sparsity)
+    texts = _prompts(sub.corpus, ("text",), cfg.n_topic, 40_000 + seed)
+    tacts = [dense_io(model, torch.tensor(tok(e.prompt)["input_ids"]), cal.layers)[0] for e in texts]
+    sim, M, names = similarity(tacts, [e.topic for e in texts], cal.layers, cfg.token_sparsity, cfg.sparsity)
+    exact = full_set_mismatches(model, items, cal.layers, tok.eos_token_id)
+    active = float(np.mean([float((y[i] > 0).float().mean()) for _, _, y in io for i in cal.layers]))
+    return {"rows": rows, "stability": stab, "similarity": sim, "topic_matrix": (M, names),
+            "dejavu_recall": recall, "layers": cal.layers, "active_fraction": active,
+            "full_set_mismatches": exact}
 
-    stab = [r["stability"] for r in runs]
-    beats_random = all(s["self"] >= s["random"] + 0.1 for s in stab)
-    beats_other = all(s["self"] > s["other"] for s in stab)
-    claims["stability"].settle(
-        "self {:.2f} vs other {:.2f} vs random {:.2f}".format(
-            np.mean([s["self"] for s in stab]), np.mean([s["other"] for s in stab]), stab[0]["random"]),
-        decide(beats_random and beats_other, partly=beats_random))
-    sim = [r["similarity_topic"] for r in runs]
-    gaps = [s["within"] - s["across"] for s in sim]
-    claims["similarity"].settle(
-        "within {:.2f} vs across {:.2f}".format(np.mean([s["within"] for s in sim]),
-                                                np.mean([s["across"] for s in sim])),
-        decide(all(g >= 0.05 for g in gaps), partly=all(g > 0 for g in gaps)))
-    q = quality.pivot_table(index="seed", columns="method", values=["ppl", "accuracy"])
-    ppl, acc = q["ppl"], q["accuracy"]
-    close = (ppl["SparseInfer"].mean() <= 1.10 * ppl["dense"].mean()
-             and acc["SparseInfer"].mean() >= acc["dense"].mean() - 0.05)
-    beats = bool(((ppl["SparseInfer"] < ppl["random"]) & (ppl["SparseInfer"] < ppl["static hot"])).all())
-    claims["quality"].settle(
-        "ppl {:.3g} vs dense {:.3g} (random {:.3g}, static {:.3g}); acc {:.2f} vs {:.2f}".format(
-            ppl["SparseInfer"].mean(), ppl["dense"].mean(), ppl["random"].mean(),
-            ppl["static hot"].mean(), acc["SparseInfer"].mean(), acc["dense"].mean()),
-        decide(close and beats, partly=close or beats))
-    return {k: c.verdict for k, c in claims.items()}
+
+def run_experiment(sub: Substrate, cfg: Config, seeds: list[int],
+                   methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
+    """:func:`run_seed` over ``seeds``: the long table of item scores, per-seed summaries and observations."""
+    runs = [run_seed(sub, cfg, s, methods) for s in progress(seeds, desc="seeds")]
+    rows = pd.concat([r["rows"] for r in runs], ignore_index=True)
+    return {"runs": runs, "rows": rows, "summary": summarise(rows),
+            "stability": pd.DataFrame([r["stability"] for r in runs], index=seeds),
+            "similarity": pd.DataFrame([r["similarity"] for r in runs], index=seeds)}
+
+
+def run_sweep(sub: Substrate, cfg: Config, seed: int,
+              methods: tuple[str, ...] = ("SparseInfer", "random", "static hot")) -> pd.DataFrame:
+    """Agreement with dense and NLL on the trace prompts for fixed-set methods at every kept fraction in ``cfg.sweep``."""
+    set_seed(seed, threads=cfg.threads)
+    items = [it for it in test_items(sub, cfg, seed) if it.task == "trace"][:cfg.n_sweep]
+    layers, acts, _, _ = calibration_data(sub, cfg, seed)
+    out = []
+    for g in progress(cfg.sweep, desc="sparsity sweep"):
+        cal = Calibration(layers, static_hot_sets(acts, layers, g), None, None, acts)
+        s = summarise(evaluate(sub, items, cal, cfg, seed, ("dense", *methods), sparsity=g))
+        out.append(s[s.method != "dense"].assign(kept=g))
+    return pd.concat(out, ignore_index=True)

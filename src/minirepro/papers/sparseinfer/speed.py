@@ -3,49 +3,43 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import ExitStack
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from minirepro.core.lm.evaluate import greedy_decode
 from minirepro.core.timing import Timings, compare_times
-from minirepro.papers.sparseinfer.core import (
-    capture_preactivations,
-    core_neurons,
-    ffn_blocks,
-    sliced_ffn,
-)
+from minirepro.papers.sparseinfer.core import core_neurons, ffn_blocks, sliced_ffn
+from minirepro.papers.sparseinfer.experiment import greedy_steps, prefill_with_preacts
+
+
+@torch.no_grad()
+def dense_generate(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int,
+                   eos_token_id: int | None = None) -> torch.Tensor:
+    """Greedy generation with the KV cache (``prefill``, then one token per step); ``(1, T + n)`` ids."""
+    first, cache, _ = prefill_with_preacts(model, input_ids[0])
+    new = greedy_steps(model, first, cache, max_new_tokens, eos_token_id)
+    return torch.cat([input_ids, torch.tensor([new])], dim=1)
 
 
 @torch.no_grad()
 def sparseinfer_generate(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int,
                          layers: Sequence[int], token_sparsity: float = 0.2, sparsity: float = 0.4,
                          eos_token_id: int | None = None) -> torch.Tensor:
-    """Greedy generation the SparseInfer way.
+    """Greedy generation the SparseInfer way (§3, Alg. 1).
 
-    1. Prefill ``input_ids (1, T)`` with the dense model, recording pre-activations.
-    2. Core neurons per sparsified layer (:func:`core_neurons`).
+    1. Prefill ``input_ids (1, T)`` with the dense model, recording the pre-activations.
+    2. Core neurons per sparsified layer (:func:`core_neurons`, Eqs. 1-2).
     3. Gather ``W1[S], b1[S], W2[:, S]`` once; decode every new token with them.
 
-    Returns ``(1, T + n)`` ids; the model's own weights are restored afterwards.
+    The first new token comes from the dense prefill, as in the paper. Returns
+    ``(1, T + n)`` ids; the model's own weights are restored afterwards.
     """
-    store: dict[int, list[torch.Tensor]] = {}
-    with ExitStack() as slicing:
-        capture = ExitStack()
-        capture.enter_context(capture_preactivations(model, store))
-
-        def after_prefill(m: PreTrainedModel) -> None:
-            capture.close()
-            sets = {i: core_neurons(store[i][0], token_sparsity, sparsity) for i in layers}
-            slicing.enter_context(sliced_ffn(m, sets))
-
-        try:
-            return greedy_decode(model, input_ids, max_new_tokens, use_cache=True,
-                                 eos_token_id=eos_token_id, on_prefill=after_prefill)
-        finally:
-            capture.close()
+    first, cache, acts = prefill_with_preacts(model, input_ids[0])
+    sets = {i: core_neurons(acts[i], token_sparsity, sparsity) for i in layers}
+    with sliced_ffn(model, sets):
+        new = greedy_steps(model, first, cache, max_new_tokens, eos_token_id)
+    return torch.cat([input_ids, torch.tensor([new])], dim=1)
 
 
 def decode_macs(model: PreTrainedModel, kept: float, layers: Sequence[int], context: int) -> tuple[float, float]:
@@ -80,7 +74,7 @@ def time_decoding(model: PreTrainedModel, input_ids: torch.Tensor, max_new_token
                   repeats: int = 7) -> Timings:
     """Interleaved medians of dense greedy decoding vs SparseInfer decoding, in one run."""
     return compare_times({
-        "dense": lambda: greedy_decode(model, input_ids, max_new_tokens),
+        "dense": lambda: dense_generate(model, input_ids, max_new_tokens),
         "SparseInfer": lambda: sparseinfer_generate(model, input_ids, max_new_tokens, layers,
                                                     token_sparsity, sparsity),
     }, repeats=repeats, warmup=1, baseline="dense")
