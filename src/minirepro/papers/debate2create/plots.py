@@ -24,7 +24,7 @@ def plot_bodies(bodies: dict[str, np.ndarray], scores: dict[str, float] | None =
                     solid_capstyle="round", color=color("method") if j == 0 else "0.45")
             x -= L[j]
         label = name if scores is None else f"{name} ({scores[name]:.2f} m)"
-        ax.text(0.15, y, label, va="center", fontsize=9)
+        ax.text(0.35, y, label, va="center", fontsize=9)
     ax.set_yticks([])
     ax.set_xlabel("position along the body (m); head segment coloured, line width ~ radius")
     ax.set_xlim(-6.2, 3.6)
@@ -50,17 +50,26 @@ def plot_search(curves: dict[str, np.ndarray], default: float):
 
 
 def plot_trajectories(rollouts: dict[str, object]):
-    """Torso paths (x, y in m) of each condition's winner, re-evaluated from noisy resets."""
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    cols = _conds(list(rollouts))
-    for name, tr in rollouts.items():
+    """Torso paths (x, y in m) of each condition's winner, re-evaluated from noisy resets;
+    one panel per condition, shared axes."""
+    names = list(rollouts)
+    ncol = 3
+    nrow = -(-len(names) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(7.5, 2.4 * nrow + 0.4), sharex=True, sharey=True,
+                             squeeze=False)
+    cols = _conds(names)
+    for ax, name in zip(axes.flat, names, strict=False):
+        tr = rollouts[name]
         for i in range(tr.qpos.shape[0]):
-            ax.plot(tr.qpos[i, :, 0], tr.qpos[i, :, 1], color=cols[name], lw=1.2,
-                    label=name if i == 0 else None)
-            ax.plot(tr.qpos[i, -1, 0], tr.qpos[i, -1, 1], "o", ms=3, color=cols[name])
-    ax.set_xlabel("x (m, forward)")
-    ax.set_ylabel("y (m, sideways)")
-    ax.set_aspect("equal", adjustable="datalim")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
+            ax.plot(tr.qpos[i, :, 0], tr.qpos[i, :, 1], color=cols[name], lw=1.0)
+            ax.plot(tr.qpos[i, -1, 0], tr.qpos[i, -1, 1], "o", ms=3.5, color=cols[name])
+        ax.plot([0], [0], "k+", ms=8)
+        ax.set_title(name, fontsize=10)
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("x (m, forward)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("y (m, sideways)")
     fig.tight_layout()
     return fig
