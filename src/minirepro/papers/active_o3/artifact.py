@@ -15,16 +15,21 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from minirepro.core import artifacts, set_seed
 from minirepro.papers.active_o3.boxes import grid_actions
 from minirepro.papers.active_o3.canvas import digit_images, make_canvases
-from minirepro.papers.active_o3.taskmodel import CROP, NONE, TaskCNN, crop_resize, crop_targets, predict
+from minirepro.papers.active_o3.loading import CURVE, NAME, WEIGHTS, load_model
+from minirepro.papers.active_o3.taskmodel import (
+    CROP,
+    NONE,
+    TaskCNN,
+    crop_resize,
+    crop_targets,
+    predict,
+)
 
-NAME = "active-o3-task-cnn"
-WEIGHTS = "task_cnn.safetensors"
-CURVE = "train_curve.json"
 DATA_SEED = 10_000  # canvases of the task model; the chapter's seeds are far below it
 
 
@@ -109,17 +114,3 @@ def build_task_cnn(spec: TaskModelRecipe, out: Path) -> artifacts.BuildResult:
                                           "train crops": int(len(y)),
                                           "share none": round(float((y == NONE).float().mean()), 3)},
                                  data_hash=digest)
-
-
-def load_model(folder: Path | None = None) -> TaskCNN:
-    """M_A from the artifact (verified by :func:`minirepro.core.artifacts.load`), float32, frozen."""
-    folder = Path(folder) if folder is not None else artifacts.load(NAME)
-    model = TaskCNN()
-    model.load_state_dict({k: v.float() for k, v in load_file(str(folder / WEIGHTS)).items()})
-    return model.eval().requires_grad_(False)
-
-
-def load_curve(folder: Path | None = None) -> dict:
-    """The artifact's training-loss curve (one value every 50 steps)."""
-    folder = Path(folder) if folder is not None else artifacts.load(NAME)
-    return json.loads((folder / CURVE).read_text(encoding="utf-8"))

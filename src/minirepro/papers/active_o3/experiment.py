@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -11,12 +12,19 @@ import pandas as pd
 import torch
 
 from minirepro.core import ScaledConfig, progress, set_seed
+from minirepro.core.stats import Interval
 from minirepro.papers.active_o3.boxes import box_iou, grid_actions, tiling, to_json
-from minirepro.papers.active_o3.canvas import CANVAS, Canvases, global_view, make_canvases, upsample_view
+from minirepro.papers.active_o3.canvas import (
+    CANVAS,
+    Canvases,
+    global_view,
+    make_canvases,
+    upsample_view,
+)
 from minirepro.papers.active_o3.grpo import (
-    grpo_loss,
-    group_advantages,
     greedy,
+    group_advantages,
+    grpo_loss,
     sample_without_replacement,
     sequence_logprobs,
 )
@@ -41,7 +49,7 @@ class Config(ScaledConfig):
     n_seeds: int = 5  # policy seeds per reward form
     n_train: int = 128  # training canvases (rewards precomputed for every grid box)
     n_eval: int = 200  # held-out evaluation canvases
-    iters: int = 150  # GRPO iterations
+    iters: int = 120  # GRPO iterations
     batch: int = 16  # canvases (prompts) per iteration
     group: int = 8  # G, answers per canvas
     k_boxes: int = 3  # K, boxes per answer
@@ -50,8 +58,16 @@ class Config(ScaledConfig):
     beta: float = 0.01
     lr: float = 3e-3
     weights: RewardWeights = field(default_factory=RewardWeights)
-    PRESETS: ClassVar = {"smoke": {"n_seeds": 1, "n_train": 48, "n_eval": 100, "iters": 40},
+    PRESETS: ClassVar = {"smoke": {"n_seeds": 1, "n_train": 32, "n_eval": 60, "iters": 30},
                          "book": {}, "full": {"n_seeds": 10, "n_train": 512, "n_eval": 1000, "iters": 600}}
+
+    def __post_init__(self) -> None:
+        if self.group < 2:
+            raise ValueError(f"GRPO needs a group of at least 2 answers, got group={self.group}")
+        if not 1 <= self.k_boxes <= 3:
+            raise ValueError(f"k_boxes (K) must be 1..3 (the answer format's limit), got {self.k_boxes}")
+        if self.n_seeds < 1 or self.iters < 1 or self.n_train < 1 or self.n_eval < 1:
+            raise ValueError("n_seeds, iters, n_train and n_eval must be positive")
 
 
 @dataclass
@@ -123,18 +139,22 @@ def train_policy(cfg: Config, data: Data, form: str, seed: int, desc: str = "GRP
     policy = SensingPolicy()
     ref = copy.deepcopy(policy).requires_grad_(False)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    with torch.no_grad():
+        ref_logits = ref(data.train_view)  # the reference is frozen: its logits once per canvas
     rows = []
     for it in progress(range(cfg.iters), desc=f"{desc} {form} seed {seed}"):
         canvas = torch.randint(len(data.train), (cfg.batch,), generator=gen)
         view = data.train_view[canvas]
+        logits = policy(view).repeat_interleave(cfg.group, 0)  # pi_old = pi_theta before this batch's steps
         with torch.no_grad():
-            old_logits = policy(view).repeat_interleave(cfg.group, 0)
-            acts, old_lp = sample_without_replacement(old_logits, cfg.k_boxes, gen)
-            ref_lp = sequence_logprobs(ref(view).repeat_interleave(cfg.group, 0), acts)
+            acts, old_lp = sample_without_replacement(logits.detach(), cfg.k_boxes, gen)
+            ref_lp = sequence_logprobs(ref_logits[canvas].repeat_interleave(cfg.group, 0), acts)
         parts = rewards_for(data.table, canvas.repeat_interleave(cfg.group), acts, form, cfg.weights)
         adv, zero = group_advantages(parts["reward"].reshape(cfg.batch, cfg.group).float())
-        for _ in range(cfg.inner):
-            lp = sequence_logprobs(policy(view).repeat_interleave(cfg.group, 0), acts)
+        for step in range(cfg.inner):
+            if step:
+                logits = policy(view).repeat_interleave(cfg.group, 0)
+            lp = sequence_logprobs(logits, acts)
             loss, info = grpo_loss(lp, old_lp, ref_lp, adv.reshape(-1), cfg.clip, cfg.beta)
             opt.zero_grad()
             loss.backward()
@@ -206,3 +226,93 @@ def evaluate(task_model: torch.nn.Module, cv: Canvases, answers: list[np.ndarray
 def passive_answers(n: int) -> list[np.ndarray]:
     """The passive arm: one region, the whole canvas (read from the global view)."""
     return [np.array([[0, 0, CANVAS, CANVAS]])] * n
+
+
+def tight_boxes(cv: Canvases, pad: int = 2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every GT digit's box grown by ``pad`` pixels: ``(canvas index [D], boxes [D, 4], labels [D])``."""
+    idx = torch.cat([torch.full((len(b),), i) for i, b in enumerate(cv.boxes)])
+    boxes = torch.from_numpy(np.concatenate(cv.boxes))
+    boxes = torch.cat([(boxes[:, :2] - pad).clamp(min=0), (boxes[:, 2:] + pad).clamp(max=CANVAS)], 1)
+    return idx, boxes, torch.from_numpy(np.concatenate(cv.labels))
+
+
+def readability(task_model: torch.nn.Module, cv: Canvases) -> dict[str, float]:
+    """The trap check: the task model's digit accuracy (argmax over the 10 digits, chance 0.1) on
+    each GT digit's box, read from the 24x24 global view (upsampled) and from the full canvas."""
+    idx, boxes, labels = tight_boxes(cv)
+    out = {}
+    for name, imgs in (("global view", upsample_view(global_view(cv.images))), ("full resolution", cv.images)):
+        pred = predict(task_model, crop_resize(imgs, idx, boxes), digits_only=True)
+        out[name] = float((pred == labels).double().mean())
+    return out
+
+
+@dataclass
+class Result:
+    """Everything the chapter shows: curves, the arms' scores, the policies, the checks."""
+
+    curves: pd.DataFrame  # form, seed, iter, reward, task, heuristic, zero_var, kl, clipped
+    arms: pd.DataFrame  # arm, seed, k, recall, regions, regions_per_correct
+    policies: dict[tuple[str, int], SensingPolicy]
+    ability: pd.DataFrame  # seed, before, after: the task model's held-out digit accuracy
+    readable: dict[str, float]
+    data: Data
+
+
+def run_experiment(cfg: Config, task_model: torch.nn.Module, seeds: list[int], ability_set: tuple,
+                   data_seed: int = 0) -> Result:
+    """Train GRPO with each reward form for each seed and score every arm on held-out layouts.
+
+    ``ability_set`` is ``(crops, labels)`` of held-out single digits: the task model's general
+    ability, measured before and after each seed's runs.
+    """
+    if not seeds:
+        raise ValueError("need at least one seed")
+    data = make_data(cfg, task_model, data_seed)
+    ev = data.eval
+    ks = list(range(1, cfg.k_boxes + 1))
+    crops, labels = ability_set
+
+    def ability() -> float:
+        return float((predict(task_model, crops, digits_only=True) == labels).double().mean())
+
+    rows = [{"arm": "passive view", "seed": s, "k": 1,
+             **evaluate(task_model, ev, passive_answers(len(ev)), upsample_view(data.eval_view))} for s in seeds]
+    rows += [{"arm": "full tiling", "seed": s, "k": 9, **evaluate(task_model, ev, [tiling()] * len(ev))}
+             for s in seeds]
+    for k in ks:
+        sal = evaluate(task_model, ev, saliency_boxes(data.eval_view, k))
+        rows += [{"arm": "saliency zoom", "seed": s, "k": k, **sal} for s in seeds]
+        rows += [{"arm": "random boxes", "seed": s, "k": k,
+                  **evaluate(task_model, ev, random_boxes(len(ev), k, 1000 + s))} for s in seeds]
+    curves, policies, abil = [], {}, []
+    for s in seeds:
+        before = ability()
+        for form in FORMS:
+            pol, c = train_policy(cfg, data, form, s)
+            policies[(form, s)] = pol
+            curves.append(c.assign(form=form, seed=s))
+            for k in ks:
+                rows.append({"arm": f"GRPO {form}", "seed": s, "k": k,
+                             **evaluate(task_model, ev, policy_boxes(pol, data.eval_view, k))})
+        abil.append({"seed": s, "before": before, "after": ability()})
+    return Result(pd.concat(curves, ignore_index=True), pd.DataFrame(rows), policies,
+                  pd.DataFrame(abil), readability(task_model, ev), data)
+
+
+def no_interval(n: int) -> Interval:
+    """An interval that cannot decide (fewer than 2 seeds: a bootstrap over seeds is impossible)."""
+    return Interval(0.0, -math.inf, math.inf, 0.95, n, "bootstrap")
+
+
+def smoothed(curves: pd.DataFrame, column: str, window: int = 10) -> pd.DataFrame:
+    """``column`` of each (form, seed) curve, smoothed by a trailing mean over ``window`` iterations;
+    wide: one row per iteration, columns (form, seed)."""
+    wide = curves.pivot_table(index="iter", columns=["form", "seed"], values=column)
+    return wide.rolling(window, min_periods=1).mean()
+
+
+def seed_spread(curves: pd.DataFrame, form: str, column: str = "task", window: int = 10) -> np.ndarray:
+    """[reconstruction] Per seed, the smoothed ``column`` curve of reward form ``form``: [seeds, iters]
+    (rows are seeds, for a bootstrap that resamples seeds)."""
+    return smoothed(curves, column, window)[form].to_numpy().T

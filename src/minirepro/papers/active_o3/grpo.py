@@ -87,21 +87,17 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor
 def sample_without_replacement(logits: torch.Tensor, k: int, generator: torch.Generator | None = None
                                ) -> tuple[torch.Tensor, torch.Tensor]:
     """[reconstruction] Draw ``k`` distinct actions in sequence from ``softmax(logits)`` (the answer's
-    ``k`` boxes as ``k`` tokens). ``logits`` [N, A] -> ``(actions [N, k], logp [N, k])``."""
+    ``k`` boxes as ``k`` tokens). ``logits`` [N, A] -> ``(actions [N, k], logp [N, k])``.
+
+    Uses the Gumbel top-k trick: the ``k`` largest of ``logits + Gumbel noise``, in order, have
+    the law of ``k`` draws without replacement (Plackett-Luce); a unit test checks the frequencies."""
     if k < 1:
         raise ValueError(f"k (boxes per answer) must be at least 1, got {k}")
     if logits.ndim != 2 or k > logits.shape[1]:
         raise ValueError(f"logits must be [N, A] with A >= k={k}, got {tuple(logits.shape)}")
-    mask = torch.zeros_like(logits, dtype=torch.bool)
-    acts, lps = [], []
-    for _ in range(k):
-        lp = torch.log_softmax(logits.masked_fill(mask, float("-inf")), dim=1)
-        a = torch.multinomial(lp.exp(), 1, generator=generator)[:, 0]
-        acts.append(a)
-        lps.append(lp.gather(1, a[:, None])[:, 0])
-        mask = mask.scatter(1, a[:, None], True)
-    return torch.stack(acts, 1), torch.stack(lps, 1)
-
+    u = torch.rand(logits.shape, generator=generator).clamp(1e-12, 1 - 1e-7)
+    acts = (logits - torch.log(-torch.log(u))).topk(k, dim=1).indices  # Gumbel top-k = sequential draws
+    return acts, sequence_logprobs(logits, acts)
 
 def sequence_logprobs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """Log-probability of each token of given answers, [N, A] x [N, k] -> [N, k]: token ``t`` is
