@@ -12,7 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minirepro.papers.tbpo import losses as L
-from minirepro.papers.tbpo.analysis import better_than, headline, reward_at_kl
+from minirepro.papers.tbpo.analysis import (
+    headline,
+    matched_kappa,
+    oscillation,
+    paired,
+    per_seed,
+    reward_at_kl,
+)
 from minirepro.papers.tbpo.mdp import (
     TokenMDP,
     enumerate_responses,
@@ -27,9 +34,9 @@ from minirepro.papers.tbpo.mdp import (
 )
 from minirepro.papers.tbpo.train import (
     METHODS,
+    Config,
     Policy,
     TablePolicy,
-    TBPOConfig,
     distinct_n,
     evaluate,
     fit_reference,
@@ -257,13 +264,13 @@ def test_mdp_input_errors():
     with pytest.raises(ValueError, match="eos_prob"):
         make_mdp(eos_prob=1.5)
     with pytest.raises(ValueError, match="unknown methods"):
-        TBPOConfig.preset("smoke", methods=("PPO",))
+        Config.preset("smoke", methods=("PPO",))
 
 
 # ---------------------------------------------------------------- policy and loop
 
-def _cfg() -> TBPOConfig:
-    return TBPOConfig.preset("smoke", n_tokens=4, horizon=4)
+def _cfg() -> Config:
+    return Config.preset("smoke", n_tokens=4, horizon=4)
 
 
 def test_identical_responses_give_zero_gradient():
@@ -346,13 +353,13 @@ def test_reward_at_kl_and_distinct_n():
 
 
 def test_config_presets_and_replace():
-    smoke, book = TBPOConfig.preset("smoke"), TBPOConfig.preset("book")
+    smoke, book = Config.preset("smoke"), Config.preset("book")
     assert smoke.steps < book.steps and smoke.n_pairs < book.n_pairs
     with pytest.raises(ValueError, match="tbpo_member"):
         dataclasses.replace(book, tbpo_member="hinge")
 
 
-def test_headline_and_better_than_on_a_known_table():
+def test_per_seed_headline_and_pairing_on_a_known_table():
     import pandas as pd
 
     rows = []
@@ -361,13 +368,56 @@ def test_headline_and_better_than_on_a_known_table():
             for step, frac in ((0, 0.0), (5, 0.5), (10, 1.0)):
                 kl = final_kl * frac
                 rows.append({"method": m, "seed": seed, "step": step, "kl_ref": kl, "reward": slope * kl,
-                             "state_kl": final_kl + seed, "entropy": 1.0, "distinct3": 0.5})
-    tab, kappa = headline(pd.DataFrame(rows))
-    assert kappa == pytest.approx(0.9)
-    assert tab.loc["TBPO-Q", "reward@kl mean"] == pytest.approx(1.8)
+                             "state_kl": final_kl + seed - frac, "entropy": 1.0, "distinct3": 0.5})
+    evals = pd.DataFrame(rows)
+    kappa = matched_kappa(evals)
+    assert kappa == pytest.approx(0.9)  # 0.9 x the smallest final KL of any run
+    per = per_seed(evals, kappa)
+    assert list(per["method"]) == ["DPO", "DPO", "TBPO-Q", "TBPO-Q", "TBPO-A", "TBPO-A"]
+    assert per.set_index(["method", "seed"]).loc[("TBPO-Q", 1), "reward@kl"] == pytest.approx(1.8)
+    assert (per["oscillation"] == 0).all()  # every state_kl curve is monotone
+    tab = headline(per)
     assert tab.loc["TBPO-A", "reward@kl mean"] == pytest.approx(0.45)
-    assert tab.loc["DPO", "state_kl mean"] == pytest.approx(2.5)
-    assert better_than(tab, "reward@kl mean", lower=False) == {"TBPO-Q": True, "TBPO-A": False}
-    assert better_than(tab, "state_kl mean") == {"TBPO-Q": True, "TBPO-A": False}
-    with pytest.raises(ValueError, match="baseline"):
-        better_than(tab, "state_kl mean", baseline="PPO")
+    assert tab.loc["DPO", "state_kl mean"] == pytest.approx(1.5)
+    d = paired(per, "state_kl", "TBPO-Q")
+    assert d["method"].tolist() == [0.0, 1.0] and d["baseline"].tolist() == [1.0, 2.0]
+    with pytest.raises(ValueError, match="not in the table"):
+        paired(per, "state_kl", "PPO")
+
+
+def test_oscillation_is_zero_for_monotone_curves_and_counts_reversals():
+    assert oscillation(np.array([3.0, 2.0, 1.5, 1.0])) == 0.0
+    assert oscillation(np.array([1.0])) == 0.0
+    assert oscillation(np.array([1.0, 0.5, 0.8, 0.4])) == pytest.approx(0.6)  # 0.5 + 0.3 + 0.4 - 0.6
+    with pytest.raises(ValueError):
+        oscillation(np.array([]))
+
+
+@pytest.mark.parametrize("member,lam", MEMBER_CASES)
+def test_generic_bregman_matches_the_closed_form_up_to_a_constant(member, lam):
+    log_R = torch.linspace(-3.0, 3.0, 41, dtype=torch.float64)
+    diff = L.generic_bregman_ell(log_R, member, lam) - L.bregman_ell(log_R, member, lam)
+    assert torch.allclose(diff, diff[0].expand_as(diff), atol=1e-9)
+    if member == "logistic":  # no constant: the logistic member is DPO's loss itself
+        assert diff.abs().max().item() < 1e-12
+
+
+def test_generic_bregman_check_fails_for_a_wrong_loss():
+    """The check behind the logistic-is-dpo claim can fail: LSIF's published typo R^2 - 2R
+    is not c_h [h'(R) R - h(R) - h'(1/R)] up to a constant."""
+    log_R = torch.linspace(-2.0, 2.0, 21, dtype=torch.float64)
+    wrong = (torch.exp(2 * log_R) - 2 * torch.exp(log_R)) / 8.0
+    diff = L.generic_bregman_ell(log_R, "lsif") - wrong
+    assert (diff.max() - diff.min()).item() > 0.1
+
+
+def test_logistic_vs_dpo_on_a_tiny_experiment():
+    from minirepro.papers.tbpo.train import logistic_vs_dpo, run_experiment
+
+    cfg = Config.preset("smoke", n_tokens=4, horizon=4, steps=2, fit_steps=5, n_pairs=64, n_eval=16,
+                        eval_every=2, methods=("DPO", "TBPO-A"))
+    ex = run_experiment(cfg, seed=0)
+    eq = logistic_vs_dpo(ex, n=32)
+    assert eq["n_pairs"] == 32 and eq["loss"] < 1e-12 and eq["grad"] < 1e-6
+    per = per_seed(ex.evals)
+    assert set(per["method"]) == {"DPO", "TBPO-A"} and len(per) == 2

@@ -1,18 +1,21 @@
-"""Tests of TBPO's second setting: the substrate LM with a programmatic text reward."""
+"""Tests of TBPO's second setting: the shipped v2 substrate LM with a programmatic text reward."""
 
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minirepro.core.lm import TOPICS, pretrain
+from minirepro.core.lm import load_substrate
+from minirepro.core.lm.corpus_v2 import TOPICS
 from minirepro.papers.tbpo import lm_setting as S
+from minirepro.papers.tbpo import losses as L
+from minirepro.papers.tbpo.analysis import paired
 from minirepro.papers.tbpo.train import method_loss
 
 OCEAN = sorted(S.topic_vocabulary("ocean"))
@@ -20,18 +23,12 @@ OTHER = sorted(S.topic_vocabulary("forest") - S.topic_vocabulary("ocean"))
 
 
 @pytest.fixture(scope="module")
-def lm(tmp_path_factory):
-    """The substrate's smoke model, trained once into a private cache (about 3 s)."""
-    before_env, before_threads = os.environ.get("MINIREPRO_CACHE"), torch.get_num_threads()
-    os.environ["MINIREPRO_CACHE"] = str(tmp_path_factory.mktemp("lmcache"))
-    try:
-        yield pretrain(scale="smoke")
-    finally:
-        if before_env is None:
-            os.environ.pop("MINIREPRO_CACHE", None)
-        else:
-            os.environ["MINIREPRO_CACHE"] = before_env
-        torch.set_num_threads(before_threads)
+def lm():
+    """The shipped smoke substrate (artifact lm-v2-smoke; loaded, never trained)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield load_substrate("smoke")
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +70,8 @@ def test_every_topic_has_a_vocabulary_and_bad_inputs_raise():
         S.topic_vocabulary("jungle")
     with pytest.raises(ValueError, match="topic"):
         S.LMSettingConfig(topic="jungle")
-    with pytest.raises(ValueError, match="lm_scale"):
-        S.LMSettingConfig(lm_scale="huge")
+    with pytest.raises(ValueError, match="substrate"):
+        S.LMSettingConfig(substrate="huge")
     with pytest.raises(ValueError, match="unknown methods"):
         S.LMSettingConfig(methods=("DPO", "PPO"))
     with pytest.raises(ValueError, match="beta"):
@@ -88,12 +85,16 @@ def test_every_topic_has_a_vocabulary_and_bad_inputs_raise():
 def test_corpus_prompts_are_distinct_openings_of_equal_length(lm, prompt_ids):
     prompts = S.corpus_prompts(lm, 4)
     assert len(set(prompts)) == 4 and all(p.startswith("text : ") for p in prompts)
-    assert all(any(e.prompt.startswith(p + " ") for e in lm.corpus.train) for p in prompts)
+    assert all(any(e.prompt.startswith(p + " ") for e in lm.corpus.val) for p in prompts)
     assert prompt_ids.shape == (4, 4) and (prompt_ids[:, 0] == lm.tokenizer.bos_token_id).all()
     with pytest.raises(ValueError, match="equal token lengths"):
         S.encode_prompts(lm.tokenizer, ["text : the", "text : we saw the"])
     with pytest.raises(ValueError, match="distinct text openings"):
         S.corpus_prompts(lm, 10_000)
+
+
+def _sample_nocache(*args, **kw):
+    return S.sample(*args, use_cache=False, **kw)
 
 
 class _Fixed(torch.nn.Module):
@@ -111,21 +112,21 @@ class _Fixed(torch.nn.Module):
         return o
 
 
-def test_sampler_lengths_and_padding():
+def test_sampler_lengths_and_padding():  # the stub has no KV cache: re-read the prefix
     x = torch.ones(500, 2, dtype=torch.long)
     g = torch.Generator().manual_seed(0)
-    y, n = S.sample(_Fixed([0.0, 0.0, 1.0, 0.0]), x, 5, eos=2, pad=0, generator=g)  # always EOS
+    y, n = _sample_nocache(_Fixed([0.0, 0.0, 1.0, 0.0]), x, 5, eos=2, pad=0, generator=g)  # always EOS
     assert (n == 1).all() and (y[:, 0] == 2).all() and (y[:, 1:] == 0).all()
-    y, n = S.sample(_Fixed([0.0, 0.0, 0.0, 1.0]), x, 5, eos=2, pad=0, generator=g)  # never EOS
+    y, n = _sample_nocache(_Fixed([0.0, 0.0, 0.0, 1.0]), x, 5, eos=2, pad=0, generator=g)  # never EOS
     assert (n == 5).all() and (y == 3).all()
-    y, n = S.sample(_Fixed([0.0, 0.0, 0.25, 0.75]), x, 6, eos=2, pad=0, generator=g)
+    y, n = _sample_nocache(_Fixed([0.0, 0.0, 0.25, 0.75]), x, 6, eos=2, pad=0, generator=g)
     for row, ln in zip(y.tolist(), n.tolist()):
         assert all(t == 3 for t in row[:ln - 1]) and (ln == 6 or row[ln - 1] == 2)
         assert all(t == 0 for t in row[ln:])
     # lengths are geometric(0.25) truncated at 6: mean = sum_{k<6} 0.75^k
     assert n.float().mean().item() == pytest.approx(sum(0.75 ** k for k in range(6)), abs=0.25)
     with pytest.raises(ValueError, match="prompt_ids"):
-        S.sample(_Fixed([0.5, 0.5]), torch.ones(3, dtype=torch.long), 2, 1, 0, g)
+        _sample_nocache(_Fixed([0.5, 0.5]), torch.ones(3, dtype=torch.long), 2, 1, 0, g)
 
 
 # ---------------------------------------------------------------- token statistics
@@ -135,13 +136,13 @@ def test_stats_vanish_at_the_reference_and_sum_to_the_sequence_log_ratio(lm, pro
     x = prompt_ids[[0, 1, 2, 3, 0, 1]]
     y, n = S.sample(lm.model, x, 8, lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id, g)
     pol = S.LMPolicy(lm.model)
-    s = S.lm_token_stats(pol, lm.model, x, y, n)
+    s = S.lm_token_stats(pol, S.reference_logprobs(lm.model, x, y), x, y, n)
     for k in ("lr", "kl_pi_ref", "kl_ref_pi"):
         assert s[k].abs().max().item() < 1e-5
     with torch.no_grad():  # perturb the policy; compare with a one-sequence-at-a-time brute force
         for p in pol.lm.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=g))
-    s = S.lm_token_stats(pol, lm.model, x, y, n)
+    s = S.lm_token_stats(pol, S.reference_logprobs(lm.model, x, y), x, y, n)
     assert (s["kl_pi_ref"] >= -1e-6).all() and (s["kl_ref_pi"] >= -1e-6).all()
     for i in range(x.shape[0]):
         ids = torch.cat([x[i], y[i, :n[i]]])[None]
@@ -156,7 +157,7 @@ def test_stats_vanish_at_the_reference_and_sum_to_the_sequence_log_ratio(lm, pro
     y2 = y.clone()
     for i, ln in enumerate(n.tolist()):
         y2[i, ln:] = 7
-    s2 = S.lm_token_stats(pol, lm.model, x, y2, n)
+    s2 = S.lm_token_stats(pol, S.reference_logprobs(lm.model, x, y2), x, y2, n)
     for k in ("lr", "kl_pi_ref", "v", "mask"):
         assert torch.allclose(s[k], s2[k], atol=1e-6)
     with pytest.raises(ValueError, match="expected prompt_ids"):
@@ -173,7 +174,8 @@ def test_identical_pair_gives_zero_gradient(lm, prompt_ids, method):
         for p in pol.lm.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=g))
         pol.value.weight.normal_(generator=g)
-    s = S.lm_token_stats(pol, lm.model, torch.cat([x, x]), torch.cat([y, y]), torch.cat([n, n]))
+    xx, yy = torch.cat([x, x]), torch.cat([y, y])
+    s = S.lm_token_stats(pol, S.reference_logprobs(lm.model, xx, yy), xx, yy, torch.cat([n, n]))
     loss = method_loss(method, {k: v[:3] for k, v in s.items()}, {k: v[3:] for k, v in s.items()},
                        _cfg())
     assert loss.item() == pytest.approx(math.log(2), abs=1e-6)
@@ -212,8 +214,93 @@ def test_training_is_deterministic_and_starts_at_the_reference(lm, prompt_ids):
     assert list(a["step"]) == [0, 3]
     assert a.loc[0, "kl_ref"] == pytest.approx(0.0, abs=1e-5)
     assert a.loc[1, "kl_ref"] > 1e-3  # it moved
-    table = S.lm_summary(a)
-    assert table.loc["reference", "kl_ref mean"] == pytest.approx(0.0, abs=1e-5)
-    assert table.loc["TBPO-A", "reward mean"] == pytest.approx(a.loc[1, "reward"])
+    fin = S.lm_final(a).set_index("method")
+    assert fin.loc["reference", "kl_ref"] == pytest.approx(0.0, abs=1e-5)
+    assert fin.loc["TBPO-A", "reward"] == pytest.approx(a.loc[1, "reward"])
     with pytest.raises(ValueError, match="unknown method"):
         S.train_lm_method("PPO", lm, prompt_ids, prefs, cfg, seed=0)
+
+
+# ---------------------------------------------------------------- v2 substrate specifics
+
+def test_reference_logprobs_match_a_direct_forward_pass(lm, prompt_ids):
+    """The stored reference log-probs are those of the loaded model, one sequence at a time."""
+    g = torch.Generator().manual_seed(5)
+    x = prompt_ids[[0, 1, 2, 3]]
+    y, n = S.sample(lm.model, x, 6, lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id, g)
+    lref = S.reference_logprobs(lm.model, x, y)
+    assert lref.shape == (4, 6, lm.model.config.vocab_size)
+    P = x.shape[1]
+    for i in range(4):
+        for t in range(int(n[i])):
+            ids = torch.cat([x[i], y[i, :t]])[None]
+            with torch.no_grad():
+                direct = torch.log_softmax(lm.model(input_ids=ids).logits[0, -1].float(), -1)
+            assert torch.allclose(lref[i, t], direct, atol=1e-4), (i, t, P)
+
+
+def test_kv_cache_sampling_equals_rereading_the_prefix(lm, prompt_ids):
+    x = prompt_ids[[0, 1, 2, 3, 0, 1]]
+    a = S.sample(lm.model, x, 8, lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id,
+                 torch.Generator().manual_seed(9), use_cache=True)
+    b = S.sample(lm.model, x, 8, lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id,
+                 torch.Generator().manual_seed(9), use_cache=False)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def _brute_logratio(pol, ref, x, y, n):
+    """Per-token log pi/pi_ref of one response, each token from its own forward pass."""
+    out = []
+    for t in range(int(n)):
+        ids = torch.cat([x, y[:t]])[None]
+        lp = torch.log_softmax(pol.lm(input_ids=ids).logits[0, -1].float(), -1)
+        with torch.no_grad():
+            lr_ = torch.log_softmax(ref(input_ids=ids).logits[0, -1].float(), -1)
+        out.append((lp - lr_)[y[t]])
+    return out
+
+
+@pytest.mark.parametrize("method", ["DPO", "TBPO-A"])
+def test_losses_on_the_lm_equal_a_brute_force_computation(lm, prompt_ids, method):
+    """DPO (Eq. tbpo-eq-dpo) and TBPO-A (Eq. tbpo-eq-token) on a tiny batch of real pairs, written
+    out token by token with one forward pass per prefix, equal the batched training loss."""
+    cfg = _cfg(n_pairs=3, beta=0.3)
+    prefs = S.make_lm_preferences(lm, prompt_ids, cfg, seed=4)
+    pol = S.LMPolicy(lm.model)
+    g = torch.Generator().manual_seed(6)
+    with torch.no_grad():
+        for p in pol.lm.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    x = prompt_ids[prefs["prompt"]]
+    yy, nn_ = torch.cat([prefs["chosen"], prefs["rejected"]]), torch.cat([prefs["len_chosen"], prefs["len_rejected"]])
+    s = S.lm_token_stats(pol, S.reference_logprobs(lm.model, torch.cat([x, x]), yy), torch.cat([x, x]), yy, nn_)
+    batched = method_loss(method, {k: v[:3] for k, v in s.items()}, {k: v[3:] for k, v in s.items()}, cfg)
+    b, T = cfg.beta, cfg.max_new_tokens
+    per_pair = []
+    with torch.no_grad():
+        for i in range(3):
+            w = _brute_logratio(pol, lm.model, x[i], prefs["chosen"][i], prefs["len_chosen"][i])
+            lo = _brute_logratio(pol, lm.model, x[i], prefs["rejected"][i], prefs["len_rejected"][i])
+            if method == "DPO":
+                per_pair.append(-F.logsigmoid(b * (sum(w) - sum(lo))))
+                continue
+            def q(vals, kls):  # q_t = beta (log ratio - KL(pi||pi_ref)(s_t)); 0 after the end
+                return [b * (v - k) for v, k in zip(vals, kls)] + [torch.tensor(0.0)] * (T - len(vals))
+            qw = q(w, s["kl_pi_ref"][i][: len(w)])
+            ql = q(lo, s["kl_pi_ref"][3 + i][: len(lo)])
+            cover = max(len(w), len(lo))  # positions up to the longer response's end
+            per_pair.append(sum(L.bregman_ell(-(a - c)[None], "logistic")[0]
+                                for a, c in zip(qw[:cover], ql[:cover])) / cover)
+    brute = torch.stack(per_pair).mean()
+    assert batched.item() == pytest.approx(brute.item(), abs=2e-5)
+
+
+def test_paired_aligns_values_by_seed():
+    import pandas as pd
+
+    frame = pd.DataFrame({"method": ["DPO", "DPO", "TBPO-A", "TBPO-A"], "seed": [11, 10, 10, 11],
+                          "reward": [1.0, 2.0, 3.0, 5.0]})
+    d = paired(frame, "reward", "TBPO-A")
+    assert d["method"].tolist() == [3.0, 5.0] and d["baseline"].tolist() == [2.0, 1.0]
+    with pytest.raises(ValueError, match="not in the table"):
+        paired(frame, "reward", "TBPO-Q")

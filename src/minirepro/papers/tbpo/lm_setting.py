@@ -45,22 +45,23 @@ class LMSettingConfig(ScaledConfig):
     max_new_tokens: int = 8        # response length bound (tokens, end token included)
     n_pairs: int = 320             # preference pairs per seed (spread over the prompts)
     beta: float = 0.1              # KL strength of every loss
-    steps: int = 30                # optimisation steps per run
+    steps: int = 20                # optimisation steps per run
     batch_size: int = 16           # pairs per step
     lr: float = 3e-4               # Adam learning rate (all methods)
-    n_eval: int = 32               # policy samples per prompt per evaluation
+    n_eval: int = 24               # policy samples per prompt per evaluation
     eval_every: int = 10           # steps between evaluations
-    n_seeds: int = 5               # training seeds
+    n_seeds: int = 3               # training seeds (3 fit the book-scale time budget)
     tdpo_alpha: float = 0.5        # (read by method_loss; TDPO is not run by default)
     tbpo_member: str = "logistic"  # Bregman member inside TBPO-Q / TBPO-A
     tbpo_lam: float = 1.0          # lam of the BA member
-    methods: tuple[str, ...] = ("DPO", "TBPO-A", "TBPO-Q")
+    methods: tuple[str, ...] = ("DPO", "TBPO-A")
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {"substrate": "smoke", "n_pairs": 64, "steps": 6, "n_eval": 8, "eval_every": 3,
+        "smoke": {"substrate": "smoke", "n_pairs": 48, "steps": 6, "n_eval": 8, "eval_every": 3,
                   "n_seeds": 1},
         "book": {},
-        "full": {"n_pairs": 2048, "steps": 200, "n_eval": 128, "eval_every": 20},
+        "full": {"n_pairs": 2048, "steps": 200, "n_eval": 128, "eval_every": 20, "n_seeds": 5,
+                 "methods": ("DPO", "TBPO-A", "TBPO-Q")},
     }
 
     def __post_init__(self) -> None:
@@ -183,6 +184,8 @@ def make_lm_preferences(sub: Substrate, prompt_ids: torch.Tensor, cfg: LMSetting
     n = torch.zeros(2, cfg.n_pairs, dtype=torch.long)
     for i in range(k):
         rows = (idx == i).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            continue
         toks, lens = sample(sub.model, prompt_ids[i].repeat(2 * len(rows), 1), cfg.max_new_tokens,
                             tok.eos_token_id, tok.pad_token_id, gen)
         y[:, rows], n[:, rows] = toks.view(2, len(rows), -1), lens.view(2, len(rows))
@@ -277,10 +280,13 @@ def evaluate_lm(policy: LMPolicy, sub: Substrate, prompt_ids: torch.Tensor, cfg:
 
 def train_lm_method(method: str, sub: Substrate, prompt_ids: torch.Tensor,
                     prefs: dict[str, torch.Tensor], cfg: LMSettingConfig, seed: int,
-                    ref_lp: tuple[torch.Tensor, torch.Tensor] | None = None) -> pd.DataFrame:
-    """One run from the substrate model with ``method``'s loss (``train.method_loss``): the same
-    data, minibatch order (from ``seed``), beta, steps and lr for every method. ``ref_lp`` holds
-    the reference log-probs of the chosen and rejected responses (computed here if ``None``).
+                    ref_lp: tuple[torch.Tensor, torch.Tensor] | None = None,
+                    start: dict[str, float] | None = None) -> pd.DataFrame:
+    """§5 (preference optimisation) [reconstruction]: one run from the substrate model with
+    ``method``'s loss (``train.method_loss``): the same data, minibatch order (from ``seed``),
+    beta, steps and lr for every method. ``ref_lp`` holds the reference log-probs of the chosen
+    and rejected responses (computed here if ``None``); ``start`` the step-0 evaluation (the
+    reference model's, the same for every run; computed here if ``None``).
     Returns one row per evaluation (step 0 included)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
@@ -294,7 +300,8 @@ def train_lm_method(method: str, sub: Substrate, prompt_ids: torch.Tensor,
     opt = torch.optim.Adam(params, lr=cfg.lr)
     order = np.random.default_rng(seed + 1000)
     n = prefs["prompt"].shape[0]
-    rows = [{"method": method, "seed": seed, "step": 0, **evaluate_lm(policy, sub, prompt_ids, cfg)}]
+    start = evaluate_lm(policy, sub, prompt_ids, cfg) if start is None else start
+    rows = [{"method": method, "seed": seed, "step": 0, **start}]
     for step in progress(range(1, cfg.steps + 1), desc=f"LM {method} seed {seed}"):
         idx = torch.as_tensor(order.choice(n, size=min(cfg.batch_size, n), replace=False))
         x = prompt_ids[prefs["prompt"][idx]]
@@ -341,13 +348,14 @@ def run_lm_experiment(cfg: LMSettingConfig, seeds: list[int] | range) -> LMExper
     sub = load_substrate(cfg.substrate)
     prompts = corpus_prompts(sub, cfg.n_prompts)
     prompt_ids = encode_prompts(sub.tokenizer, prompts)
+    start = evaluate_lm(LMPolicy(sub.model), sub, prompt_ids, cfg)  # the reference itself
     evals, first = [], None
     for s in seeds:
         prefs = make_lm_preferences(sub, prompt_ids, cfg, seed=s)
         first = prefs if first is None else first
         ref_lp = pair_reference_logprobs(sub, prompt_ids, prefs)
         for m in cfg.methods:
-            evals.append(train_lm_method(m, sub, prompt_ids, prefs, cfg, s, ref_lp))
+            evals.append(train_lm_method(m, sub, prompt_ids, prefs, cfg, s, ref_lp, start))
     return LMExperiment(cfg, sub, prompts, pd.concat(evals, ignore_index=True), first)
 
 
