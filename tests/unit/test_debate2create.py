@@ -211,6 +211,9 @@ def test_debate_spends_the_declared_budget():
     assert len(run.judge_log) == 2 and len(run.judge_log[0]) == 4
     zs = d.run_debate(d.ScriptedLLM(0), b, seed=0, baseline=0.0, iterative=False, judges=False)
     assert len(zs.candidates) == b.candidates and len(zs.hall_of_fame) == 1
+    single = d.run_debate(d.ScriptedLLM(0), b, seed=0, baseline=0.0, reward_design=False)
+    assert all(c.reward_source == d.DEFAULT_REWARD_SOURCE for c in single.candidates)
+    assert all(c.reward_source != d.DEFAULT_REWARD_SOURCE for c in run.candidates)
 
 
 # --- the HTTP adapter against a fake OpenAI-compatible server ------------------------------

@@ -50,7 +50,7 @@ def check_params(params: Sequence[float]) -> np.ndarray:
 
 
 def _f(x: float) -> str:
-    return f"{float(x):.6g}"
+    return f"{float(x):.12g}"
 
 
 def swimmer_xml(params: Sequence[float]) -> str:

@@ -21,13 +21,14 @@ from minirepro.papers.debate2create.control import cmaes_maximize
 from minirepro.papers.debate2create.rewards import DEFAULT_REWARD_SOURCE
 from minirepro.papers.debate2create.training import Candidate, train_candidate
 
-CONDITIONS: tuple[str, ...] = ("debate", "zero-shot", "thesis only", "no judges",
+CONDITIONS: tuple[str, ...] = ("debate", "zero-shot", "thesis only", "no judges", "single agent",
                                "CMA-ES morphology", "default body")
-PROTOCOL_FLAGS = {  # condition: (iterative rounds, synthesis, judges)
-    "debate": (True, True, True),
-    "zero-shot": (False, True, False),
-    "thesis only": (True, False, True),
-    "no judges": (True, True, False),
+PROTOCOL_FLAGS = {  # condition: (iterative rounds, synthesis, judges, reward design)
+    "debate": (True, True, True, True),
+    "zero-shot": (False, True, False, True),
+    "thesis only": (True, False, True, True),
+    "no judges": (True, True, False, True),
+    "single agent": (True, True, True, False),
 }
 
 
@@ -83,13 +84,16 @@ def judge_context(top: Candidate, best_before: float, baseline: float, seen: lis
 
 
 def run_debate(llm: LLM, budget: Budget, seed: int, baseline: float, iterative: bool = True,
-               synthesis: bool = True, judges: bool = True, condition: str = "debate") -> ConditionRun:
+               synthesis: bool = True, judges: bool = True, reward_design: bool = True,
+               condition: str = "debate") -> ConditionRun:
     """Alg. 1 (Debate2Create loop): per round, theses -> critique -> synthesis -> fresh
     critique and rewards -> train every (body, reward) -> hall of fame -> judges.
 
     ``iterative=False`` is compute-matched zero-shot (all theses in one round, no
     feedback); ``synthesis=False`` trains the theses (no critique); ``judges=False``
-    leaves only the numeric hall of fame as feedback. Every reply goes through the
+    leaves only the numeric hall of fame as feedback; ``reward_design=False`` is the
+    single agent: no control agent writes rewards, every body trains on the default
+    reward (``rewards`` times, with different CMA-ES seeds). Every reply goes through the
     strict parsers, so a malformed agent output stops the run with its error.
     """
     rounds, theses = (budget.rounds, budget.theses) if iterative else (1, budget.rounds * budget.theses)
@@ -111,9 +115,12 @@ def run_debate(llm: LLM, budget: Budget, seed: int, baseline: float, iterative: 
                 critique = parse_critique(llm(make_prompt("control_critique",
                                                           {"parameters": body.tolist()})))
                 run.critiques.append(crit)
-            sources = parse_rewards(llm(make_prompt("control_rewards", {
-                "parameters": body.tolist(), "critique": critique, "judges": judge_obs,
-                "n": budget.rewards})))[:budget.rewards]
+            if reward_design:
+                sources = parse_rewards(llm(make_prompt("control_rewards", {
+                    "parameters": body.tolist(), "critique": critique, "judges": judge_obs,
+                    "n": budget.rewards})))[:budget.rewards]
+            else:
+                sources = [DEFAULT_REWARD_SOURCE] * budget.rewards
             for src in sources:
                 c = train_candidate(body, src, budget.steps, budget.popsize, budget.generations,
                                     seed=1000 * seed + k)

@@ -69,9 +69,9 @@ def run_seed(cfg: Config, seed: int) -> dict[str, ConditionRun]:
     b = cfg.budget()
     out = {"default body": run_default(b, seed)}
     baseline = out["default body"].candidates[0].distance
-    for name, (iterative, synthesis, judges) in PROTOCOL_FLAGS.items():
+    for name, (iterative, synthesis, judges, reward_design) in PROTOCOL_FLAGS.items():
         out[name] = run_debate(ScriptedLLM(seed), b, seed, baseline, iterative, synthesis,
-                               judges, condition=name)
+                               judges, reward_design, condition=name)
     out["CMA-ES morphology"] = run_morphology_cmaes(b, seed)
     return {c: out[c] for c in CONDITIONS}
 
