@@ -11,8 +11,9 @@ from matplotlib.patches import Rectangle
 from minirepro.core import color
 from minirepro.papers.active_o3.canvas import Canvases, global_view, upsample_view
 
-ARM_COLORS = {"passive view": "grey", "random boxes": "C7", "saliency zoom": "C1", "full tiling": "C5",
-              "GRPO task": "C0", "GRPO heuristic": "C4", "GRPO dual": "C3"}
+ARM_COLORS = {"passive view": "#222222", "random boxes": "#9e9e9e", "saliency zoom": "#e08214",
+              "full tiling": "#8c564b", "GRPO task": "#1f77b4", "GRPO heuristic": "#9467bd",
+              "GRPO dual": "#d62728"}
 
 
 def _c(arm: str) -> str:
@@ -77,7 +78,9 @@ def plot_budget(arms: pd.DataFrame) -> Figure:
                     color=_c(arm), label=arm, capsize=3)
     ax.set_xlabel("regions read by the task model per canvas")
     ax.set_ylabel("task recall (share of digits read)")
-    ax.set_xticks(sorted(g.k.unique()))
+    ax.set_xscale("log")
+    ax.set_xticks(sorted(g.k.unique()), [str(k) for k in sorted(g.k.unique())])
+    ax.minorticks_off()
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9, frameon=False)
     fig.tight_layout()
     return fig
