@@ -28,13 +28,13 @@ def budget(d_ff: int, sparsity: float) -> int:
 
 
 def random_sets(rng: np.random.Generator, d_ff: int, layers: Sequence[int], sparsity: float) -> dict[int, torch.Tensor]:
-    """A uniformly random ``k``-subset of neurons per layer."""
+    """[reconstruction] Baseline: a uniformly random ``k``-subset of neurons per layer."""
     k = budget(d_ff, sparsity)
     return {i: torch.as_tensor(np.sort(rng.choice(d_ff, size=k, replace=False))) for i in layers}
 
 
 def static_hot_sets(calib: Sequence[list[torch.Tensor]], layers: Sequence[int], sparsity: float) -> dict[int, torch.Tensor]:
-    """PowerInfer-like hot neurons: per layer, the ``k`` neurons most often active offline.
+    """[reconstruction] PowerInfer-like hot neurons: per layer, the ``k`` neurons most often active offline.
 
     Args:
         calib: for each calibration prompt, its per-layer pre-activations ``(T, d_ff)``.
@@ -86,7 +86,7 @@ class SimilarityIndex:
 def fit_similarity_index(calib: Sequence[list[torch.Tensor]], layers: Sequence[int], n_clusters: int,
                          token_sparsity: float, sparsity: float, layer: int | None = None,
                          seed: int = 0) -> SimilarityIndex:
-    """Cluster calibration prompts by their core sets; give each cluster its own neuron sets.
+    """§3, similarity-guided variant: cluster calibration prompts by their core sets (KMeans); one neuron set per cluster.
 
     Offline: the multi-hot core set of every calibration prompt at ``layer``
     (default: the middle sparsified layer) is clustered with KMeans. Each
@@ -140,7 +140,7 @@ class LowRankPredictor(nn.Module):
 def train_dejavu(inputs: dict[int, torch.Tensor], acts: dict[int, torch.Tensor], rank: int = 16,
                  steps: int = 150, lr: float = 1e-2, seed: int = 0,
                  max_tokens: int | None = None) -> dict[int, LowRankPredictor]:
-    """Fit one low-rank predictor per layer on calibration tokens (binary cross-entropy).
+    """[reconstruction] DejaVu-like: fit one low-rank predictor per layer on calibration tokens (binary cross-entropy).
 
     Args:
         inputs: ``{layer: (N, d_model)}`` FFN inputs of the calibration tokens.

@@ -106,23 +106,12 @@ def capture_preactivations(model: nn.Module, store: dict[int, list[torch.Tensor]
             h.remove()
 
 
-@torch.no_grad()
-def prompt_preactivations(model: nn.Module, input_ids: torch.Tensor) -> list[torch.Tensor]:
-    """Dense forward of one prompt ``(1, T)``; the pre-activations ``(T, d_ff)`` of every layer."""
-    if input_ids.ndim != 2 or input_ids.shape[0] != 1:
-        raise ValueError(f"input_ids must be (1, T), got {tuple(input_ids.shape)}")
-    store: dict[int, list[torch.Tensor]] = {}
-    with capture_preactivations(model, store):
-        model(input_ids=input_ids, use_cache=False)
-    return [torch.cat(store[i]) for i in sorted(store)]
-
-
 # ---------------------------------------------------------------------------
 # step 1 and step 2 of the paper
 
 
 def token_core_neurons(a: torch.Tensor, token_sparsity: float = 0.2) -> torch.Tensor:
-    """Step 1: per token, the indices of the top ``k_tok`` pre-activations.
+    """Step 1 (§3, token-wise core neurons; the page's Eq. sparseinfer-eq-token): per token, the top ``k_tok`` neurons.
 
     ``k_tok = max(1, floor(alpha * n_pos))`` with ``n_pos`` the mean count of
     positive entries per token (for activations without exact zeros, e.g. SiLU
@@ -145,7 +134,7 @@ def token_core_neurons(a: torch.Tensor, token_sparsity: float = 0.2) -> torch.Te
 
 
 def sentence_core_neurons(token_sets: torch.Tensor, a: torch.Tensor, sparsity: float = 0.4) -> torch.Tensor:
-    """Step 2: the ``k = floor(gamma * d_ff)`` neurons most often among the token-wise sets.
+    """Step 2 (§3, sentence-wise core neurons; Eq. sparseinfer-eq-core): the ``k`` most frequent neurons.
 
     ``f_j = #{t : j in S_t}``; the core set is the top-``k`` of ``f``. Ties (and
     neurons that no token kept, when fewer than ``k`` were ever kept) are broken by
@@ -171,7 +160,7 @@ def sentence_core_neurons(token_sets: torch.Tensor, a: torch.Tensor, sparsity: f
 
 
 def core_neurons(a: torch.Tensor, token_sparsity: float = 0.2, sparsity: float = 0.4) -> torch.Tensor:
-    """Steps 1 and 2 together: the prompt's core neurons ``(k,)`` at one layer from ``a (T, d_ff)``."""
+    """§3, steps 1 and 2 together: the prompt's core neurons ``(k,)`` at one layer from ``a (T, d_ff)``."""
     return sentence_core_neurons(token_core_neurons(a, token_sparsity), a, sparsity)
 
 
@@ -193,7 +182,7 @@ def _slice_linear(lin: nn.Linear, idx: torch.Tensor, dim: int) -> nn.Linear:
 
 @contextlib.contextmanager
 def sliced_ffn(model: nn.Module, sets: dict[int, torch.Tensor]) -> Iterator[None]:
-    """While active, layer ``i``'s FFN uses only neurons ``sets[i]``: ``W1[S], b1[S], W2[:, S]``.
+    """§3, decoding with the core neurons: while active, layer ``i``'s FFN uses only ``W1[S], b1[S], W2[:, S]``.
 
     The weights are gathered once, on entry, into new dense ``nn.Linear`` layers
     of width ``|S|`` (no per-token indexing); the originals come back on exit.
@@ -225,7 +214,7 @@ Selector = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
 
 @contextlib.contextmanager
 def masked_ffn(model: nn.Module, select: Selector, layers: list[int]) -> Iterator[None]:
-    """While active, layer ``i`` in ``layers`` zeroes the FFN neurons that ``select`` drops, per token.
+    """[reconstruction] While active, layer ``i`` in ``layers`` zeroes the FFN neurons ``select`` drops, per token.
 
     Used for the per-token baselines (oracle, DejaVu), which choose a new set at
     every token and so cannot slice weights once.

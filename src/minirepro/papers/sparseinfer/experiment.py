@@ -87,7 +87,7 @@ def trace_example(e: Example) -> Example:
 
 
 def make_items(tokenizer: PreTrainedTokenizerBase, examples: Sequence[Example], task: str = "qa") -> list[Item]:
-    """Tokenise ``examples``: prompt ids and the reference continuation (plus ``<eos>`` for ``qa``)."""
+    """[reconstruction] Tokenise ``examples``: prompt ids and the reference continuation (plus ``<eos>`` for ``qa``)."""
     if task not in ("qa", "trace"):
         raise ValueError(f"task must be 'qa' or 'trace', got {task!r}")
     items = []
@@ -176,7 +176,7 @@ class Decoded:
 def decode_item(model: PreTrainedModel, item: Item, kind: str, rule, layers: Sequence[int],
                 max_new_tokens: int, eos_token_id: int | None, generate: bool = True,
                 pre: tuple | None = None) -> Decoded:
-    """Prefill ``item.prompt`` densely, pick neurons, then decode sparsely (greedy and teacher-forced).
+    """§3 protocol: prefill ``item.prompt`` densely, pick neurons, then decode sparsely (greedy and teacher-forced).
 
     The sets are gathered once, after the prefill (:func:`sliced_ffn`); per-token
     methods mask the decoding steps (:func:`masked_ffn`). ``pre`` is a prefill
@@ -246,7 +246,7 @@ def full_set_mismatches(model: PreTrainedModel, items: Sequence[Item], layers: S
 
 def stability(acts_list: Sequence[list[torch.Tensor]], n_prompt: Sequence[int], layers: Sequence[int],
               token_sparsity: float, sparsity: float) -> dict[str, float]:
-    """Jaccard of a prompt's core set and its continuation's core set, averaged over layers.
+    """The paper's stability observation: Jaccard of a prompt's and its continuation's core sets, averaged over layers.
 
     Args:
         acts_list: per item, the dense pre-activations ``(T + C, d_ff)`` per layer
@@ -273,7 +273,7 @@ def stability(acts_list: Sequence[list[torch.Tensor]], n_prompt: Sequence[int], 
 
 def similarity(acts_list: Sequence[list[torch.Tensor]], labels: Sequence[str], layers: Sequence[int],
                token_sparsity: float, sparsity: float) -> tuple[dict[str, float], np.ndarray, list[str]]:
-    """Mean Jaccard of whole-prompt core sets for pairs with the same label vs different labels.
+    """The paper's similarity observation: mean Jaccard of whole-prompt core sets, same label vs different labels.
 
     Returns:
         ``({"within": ..., "across": ...}, M, names)`` where ``M[a, b]`` is the
