@@ -36,8 +36,8 @@ def plot_overlap(stab: pd.DataFrame, run: dict):
         ax1.bar(j, stab[col].mean(), color=c, alpha=0.85)
         ax1.plot(np.full(len(stab), j), stab[col], "_", color="k", ms=12, mew=1.5)
     ax1.axhline(stab["random"].iloc[0], color=color("random"), ls="--", label="two random sets")
-    ax1.set_xticks([0, 1], ["prompt vs own\ncontinuation", "prompt vs another\nprompt's continuation"])
-    ax1.set_ylabel("Jaccard of core sets")
+    ax1.set_xticks([0, 1], ["own\ncontinuation", "another prompt's\ncontinuation"], fontsize=9)
+    ax1.set_ylabel("Jaccard with the prompt's core set")
     ax1.set_ylim(0, 1)
     ax1.legend(loc="upper right", fontsize=9)
     M, topics = run["topic_matrix"]
