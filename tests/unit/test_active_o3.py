@@ -309,3 +309,17 @@ def test_config_rejects_impossible_settings():
         ex.Config.preset("smoke", k_boxes=0)
     with pytest.raises(ValueError, match="group"):
         ex.Config.preset("smoke", group=1)
+
+
+def test_the_committed_task_model_matches_its_manifest_quality():
+    from minirepro.core import artifacts
+    from minirepro.papers.active_o3.artifact import NAME, digit_test_crops
+    from minirepro.papers.active_o3.loading import load_model
+    from minirepro.papers.active_o3.taskmodel import predict
+
+    model = load_model()
+    crops, labels = digit_test_crops()
+    acc = float((predict(model, crops, digits_only=True) == labels).float().mean())
+    quality = artifacts.read_manifest(artifacts.artifacts_root() / NAME)["quality"]
+    assert acc == pytest.approx(quality["held-out digit accuracy"], abs=2e-3)
+    assert acc > 0.5  # far above chance (0.1): zoomed digits are readable
