@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from minirepro.chapters import Chapter, discover, get, repo_root
-from minirepro.results import VERDICTS
+from minirepro.rules import VERDICTS
 
 
 def notebook_sha(chapter: Chapter) -> str:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minirepro.rules import VERDICTS, Rule
+from minirepro.rules import Rule
 
 KINDS: tuple[str, ...] = ("paper", "check")
 
@@ -74,27 +74,19 @@ class Claim:
                **data: Any) -> Claim:
         """Decide the verdict by the claim's rule from ``data``, and record it.
 
-        With a rule object, pass the rule's data as keywords (``method=``, ``baseline=``,
-        ``values=``, ...): the rule computes the verdict and the measured text, and
-        ``note`` adds context to it. A claim declared with a rule object refuses a
-        verdict given by hand.
+        Pass the rule's data as keywords (``method=``, ``baseline=``, ``values=``, ...):
+        the rule computes the verdict and the measured text, and ``note`` adds context
+        to it. A verdict or measurement given by hand (positionally) is refused: no
+        chapter writes its own verdict.
         """
         if self.verdict is not None:
             raise RuntimeError(f"claim {self.id!r} is already settled as {self.verdict!r}")
-        if self._rule is not None:
-            if verdict is not None or measured is not None:
-                raise TypeError(f"claim {self.id!r} has a rule object: pass its data "
-                                "(e.g. method=..., baseline=...), not a verdict")
-            out = self._rule.decide(**data)
-            self.verdict, self.details = out.verdict, _jsonable(out.details)
-            self.measured = out.measured + (f"; {note}" if note else "")
-        else:
-            if data:
-                raise TypeError(f"claim {self.id!r} has a text rule: settle(measured, verdict)")
-            if verdict not in VERDICTS:
-                raise ValueError(f"verdict {verdict!r} is not one of: {', '.join(VERDICTS)}")
-            self.measured = _fmt(measured) + (f"; {note}" if note else "")
-            self.verdict = verdict
+        if verdict is not None or measured is not None or self._rule is None:
+            raise TypeError(f"claim {self.id!r} is settled by its rule object: pass the rule's "
+                            "data (e.g. method=..., baseline=...), not a verdict")
+        out = self._rule.decide(**data)
+        self.verdict, self.details = out.verdict, _jsonable(out.details)
+        self.measured = out.measured + (f"; {note}" if note else "")
         _STATE.save()
         return self
 
@@ -173,12 +165,6 @@ def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
 def reset() -> None:
     """Forget every metric and claim recorded in this process (tests use it)."""
     _STATE.metrics.clear()
@@ -242,7 +228,7 @@ def record_metric(name: str, value: float | int | str | bool, *, rtol: float | N
     _STATE.save()
 
 
-def declare_claim(id: str, statement: str, paper_value: str, rule: Rule | str, setting: str = "",
+def declare_claim(id: str, statement: str, paper_value: str, rule: Rule, setting: str = "",
                   *, kind: str = "paper", n_seeds: int | None = None,
                   machine_dependent: bool = False, flag: str | None = None) -> Claim:
     """State a claim and the rule for its verdict, before the experiment runs.
@@ -268,13 +254,11 @@ def declare_claim(id: str, statement: str, paper_value: str, rule: Rule | str, s
         raise ValueError(f"claim id must be a non-empty word, got {id!r}")
     if kind not in KINDS:
         raise ValueError(f"claim kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    if isinstance(rule, Rule):
-        sentence, obj = rule.sentence(), rule
-        flag = "; ".join(f for f in (flag, rule.design_problem(n_seeds)) if f) or None
-    elif isinstance(rule, str) and rule.strip():
-        sentence, obj = rule, None
-    else:
-        raise ValueError(f"claim {id!r} needs its verdict rule stated before the run")
+    if not isinstance(rule, Rule):
+        raise TypeError(f"claim {id!r} needs a rule object from minirepro.rules (Better, Equivalent, "
+                        f"Threshold, AllOf) stated before the run, got {type(rule).__name__}")
+    sentence, obj = rule.sentence(), rule
+    flag = "; ".join(f for f in (flag, rule.design_problem(n_seeds)) if f) or None
     claim = Claim(id=id, statement=statement, paper_value=paper_value, rule=sentence,
                   setting=setting, kind=kind, flag=flag, machine_dependent=machine_dependent,
                   _rule=obj)
@@ -341,22 +325,3 @@ def verdict_lines() -> str:
     """
     return "\n".join(f"{c.id}{' (check)' if c.kind == 'check' else ''}: {c.verdict or '(pending)'}"
                      for c in _STATE.claims.values() if not c.machine_dependent)
-
-
-# Legacy interface, kept while the first chapters move to rule objects; new code
-# declares a rule object and lets it decide.
-def record_claim(id: str, statement: str, paper_value: str, measured: Any, verdict: str,
-                 rule: str, setting: str = "") -> Claim:
-    """[legacy] Declare a claim with a text rule and settle it in one call."""
-    return declare_claim(id, statement, paper_value, rule, setting).settle(measured, verdict)
-
-
-def decide(reproduced: bool, partly: bool = False, testable: bool = True) -> str:
-    """[legacy] The verdict word for a hand-written rule's outcome."""
-    if not testable:
-        return VERDICTS[3]
-    if reproduced:
-        return VERDICTS[0]
-    if partly:
-        return VERDICTS[1]
-    return VERDICTS[2]

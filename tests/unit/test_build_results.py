@@ -14,8 +14,9 @@ def test_a_chapter_kernel_writes_its_record_into_the_build_folder(tmp_path):
     chapter = tmp_path / "notebooks" / "07-toy"
     chapter.mkdir(parents=True)
     code = ("from minirepro import results\n"
-            "results.declare_claim('c1', 'a claim', '-', 'by hand')\n"
-            "results.claims()[0].settle('x', 'partly')\n")
+            "from minirepro.rules import Threshold\n"
+            "results.declare_claim('c1', 'a claim', '-', Threshold('x', 1.0, partly_bound=2.0))\n"
+            "results.claims()[0].settle(values=[1.5])\n")
     env = {"MINIREPRO_RESULTS_DIR": str(tmp_path / "results"), "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-c", code], cwd=chapter, env=env, check=True)
     rec = json.loads((tmp_path / "results" / "07-toy.json").read_text())
@@ -59,8 +60,10 @@ def test_the_claims_table_shows_long_cells_in_full_on_the_page():
 
     results.reset()
     long = "a measured value that is much longer than fifty characters, " * 3
-    results.declare_claim("c-long", "a claim " * 20, "-", "rule " * 30)
-    results.claims()[0].settle(long, "partly")
+    from minirepro.rules import Threshold
+
+    results.declare_claim("c-long", "a claim " * 20, "-", Threshold("a metric " * 10, 1.0))
+    results.claims()[0].settle(values=[0.5], note=long)
     try:
         html = results.claims_table()._repr_html_()
         assert long.strip() in html and "…" not in html and "..." not in html

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from minirepro import results
+from minirepro.rules import Threshold
 
 
 @pytest.fixture(autouse=True)
@@ -18,40 +19,41 @@ def _fresh(monkeypatch, tmp_path):
 
 
 def test_declare_then_settle_is_written_at_once(tmp_path):
-    c = results.declare_claim("c1", "x beats y", "0.5 vs 0.3", "reproduced if x > y")
+    c = results.declare_claim("c1", "x beats y", "0.5 vs 0.3", Threshold("x", 0.3, direction="above"))
     on_disk = json.loads((tmp_path / "r.json").read_text())
     assert on_disk["claims"][0]["verdict"] is None  # declared before the run
-    c.settle(0.51234, results.decide(True))
+    assert on_disk["claims"][0]["rule"] == Threshold("x", 0.3, direction="above").sentence()
+    c.settle(values=[0.51234])
     results.record_metric("x", 0.5)
     on_disk = json.loads((tmp_path / "r.json").read_text())
     assert on_disk["claims"][0]["verdict"] == "reproduced"
-    assert on_disk["claims"][0]["measured"] == "0.5123"
+    assert "0.512" in on_disk["claims"][0]["measured"]
     assert on_disk["metrics"] == {"x": 0.5}
     assert "c1: reproduced" in results.verdict_lines()
     assert list(results.claims_table().columns) == ["claim", "paper", "measured here", "verdict", "rule"]
 
 
-def test_a_claim_is_settled_once_and_with_a_known_verdict():
-    c = results.declare_claim("c2", "s", "-", "rule")
-    with pytest.raises(ValueError, match="not one of"):
-        c.settle(1, "mostly")
-    c.settle(1, "partly")
+def test_a_claim_is_settled_once_and_only_by_its_rule():
+    c = results.declare_claim("c2", "s", "-", Threshold("x", 1.0))
+    with pytest.raises(TypeError, match="rule object"):
+        c.settle(1, "reproduced")  # a verdict by hand is refused
+    with pytest.raises(TypeError, match="rule object"):
+        c.settle(verdict="partly")
+    c.settle(values=[2.0])
+    assert c.verdict == "not reproduced"
     with pytest.raises(RuntimeError, match="already settled"):
-        c.settle(1, "reproduced")
+        c.settle(values=[0.5])
 
 
-def test_rules_are_required_and_ids_are_words():
-    with pytest.raises(ValueError, match="rule"):
-        results.declare_claim("c3", "s", "-", " ")
+@pytest.mark.parametrize("rule", ["reproduced if x > y", " ", None, 0.05])
+def test_a_claim_needs_a_rule_object_not_a_sentence(rule):
+    with pytest.raises(TypeError, match="rule object"):
+        results.declare_claim("c3", "s", "-", rule)
+
+
+def test_claim_ids_are_words():
     with pytest.raises(ValueError, match="word"):
-        results.declare_claim("two words", "s", "-", "r")
-
-
-@pytest.mark.parametrize("args,word", [((True,), "reproduced"), ((False, True), "partly"),
-                                       ((False,), "not reproduced"),
-                                       ((True, True, False), "not testable at this scale")])
-def test_decide(args, word):
-    assert results.decide(*args) == word
+        results.declare_claim("two words", "s", "-", Threshold("x", 1.0))
 
 
 def test_metrics_take_numpy_scalars_and_refuse_objects():
