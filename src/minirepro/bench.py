@@ -10,6 +10,11 @@ Python: papermill, then a fresh kernel). Recorded per cell:
   psutil and (b) ``getrusage(RUSAGE_CHILDREN).ru_maxrss`` taken in the child
   after papermill and the kernel were reaped (the largest single process, so a
   peak shorter than the polling interval is still caught);
+- ``cpu_seconds``: CPU time (user + system) of the child and everything it started
+  (papermill, the kernel, the kernel's workers), from ``getrusage``. The chapters run
+  torch on one thread, so on a quiet machine CPU time is close to the wall time; on a
+  loaded machine it is the better estimate of the quiet-machine cost, and a cell
+  measured under load (load average above the core count) is judged by it;
 - the machine's load average before and after, the date and the CPU model.
 
 A cell over its scale's budget (``BUDGETS``: 20 s smoke, 120 s book) is marked
@@ -48,7 +53,9 @@ try:
     out["folder"] = str(run.folder)
 except RunFailed as exc:
     out.update(ok=False, error=str(exc))
-out["children_maxrss_kb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+kids, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+out["children_maxrss_kb"] = kids.ru_maxrss
+out["cpu_seconds"] = kids.ru_utime + kids.ru_stime + me.ru_utime + me.ru_stime
 print("BENCH " + json.dumps(out))
 """
 
@@ -131,13 +138,30 @@ def measure(chapter: str, scale: str, root: Path | None = None, cap: float | Non
     line = next((ln for ln in stdout.splitlines() if ln.startswith("BENCH ")), None)
     res = json.loads(line[6:]) if line else {"ok": False, "error": f"exit status {proc.returncode}"}
     maxrss = res.get("children_maxrss_kb", 0) * 1024  # Linux: kilobytes
+    cpu = res.get("cpu_seconds")
     cell.update(status="ok" if res["ok"] else "failed", seconds=res.get("seconds"),
+                cpu_seconds=round(cpu, 1) if cpu is not None else None,
                 peak_rss_mb=round(max(peak, maxrss) / 2**20, 0),
                 polled_kernel_rss_mb=round(peak / 2**20, 0), maxrss_mb=round(maxrss / 2**20, 0))
     if not res["ok"]:
         cell["error"] = res.get("error", "")[-300:]
-    cell["over"] = bool(cell["budget"] and cell["seconds"] and cell["seconds"] > cell["budget"])
+    cell["over"] = is_over(cell)
     return cell
+
+
+def contended(cell: dict[str, Any]) -> bool:
+    """Whether the cell was measured with more runnable processes than cores."""
+    return cell.get("load_before", 0) > (cell.get("cores") or os.cpu_count() or 1)
+
+
+def is_over(cell: dict[str, Any]) -> bool:
+    """Over the scale's budget: by wall seconds on a quiet machine, by CPU seconds under load."""
+    budget = cell.get("budget") or BUDGETS.get(cell.get("scale", ""))
+    if not budget or cell.get("seconds") is None:
+        return False
+    cost = cell["cpu_seconds"] if contended(cell) and cell.get("cpu_seconds") is not None \
+        else cell["seconds"]
+    return cost > budget
 
 
 def bench(scales: list[str], chapters: list[str] | None = None, root: Path | None = None,
@@ -181,10 +205,11 @@ def _cell_text(cell: dict[str, Any]) -> str:
     if cell.get("status") == "failed":
         return "failed"
     text = f"{cell['seconds']:.0f} s"
-    if cell.get("over"):
+    if contended(cell):  # the wall time says little about the budget; CPU time says more
+        cpu = f"CPU {cell['cpu_seconds']:.0f} s, " if cell.get("cpu_seconds") is not None else ""
+        text += f" ({cpu}load {cell['load_before']:.0f})"
+    if is_over(cell):
         text += " **over**"
-    if cell.get("cores") and cell.get("load_before", 0) > cell["cores"]:
-        text += f" (load {cell['load_before']:.0f})"  # contended: the time says little about the budget
     return text
 
 
@@ -213,9 +238,11 @@ def cost_markdown(record: dict[str, Any]) -> str:
     lines += ["", f"Measured {', '.join(dates)} on {'; '.join(cpus)}, one chapter at a time, each "
               f"in a fresh process; load average {min(loads):.1f} to {max(loads):.1f} when the runs "
               f"started (with other work on the machine, times are inflated; a time followed by "
-              f"(load L) was measured with more runnable processes than cores). Time: the run's "
-              f"execution; peak memory: the kernel and its children. **over**: more than the "
-              f"scale's budget on a quiet machine ({budgets}). `full` is timed only on request "
+              f"(CPU C s, load L) was measured with more runnable processes than cores, and C, the "
+              f"CPU time of the run's processes, is the better estimate of its quiet-machine cost). "
+              f"Time: the run's execution; peak memory: the kernel and its children. **over**: "
+              f"more than the scale's budget on a quiet machine ({budgets}), judged by the CPU "
+              f"time when the machine was loaded. `full` is timed only on request "
               f"(`minirepro bench --scales full --cap SECONDS`); a run stopped at the cap shows "
               f"\"more than\" that many seconds."]
     return "\n".join(lines) + "\n"

@@ -24,6 +24,8 @@ def test_bench_measures_time_and_the_kernels_memory(toy_book, tmp_path):
     for c in (small, big):
         assert c["status"] == "ok" and 0 < c["seconds"] <= c["wall_seconds"]
         assert c["budget"] == 20 and c["cpu"] and c["date"]
+        # the kernel's CPU time is counted (a parent-only count would be about zero)
+        assert 0.5 < c["cpu_seconds"] < 4 * c["wall_seconds"] + 5
     # 40e6 float64 = 305 MiB live in the kernel: a measure of the parent alone would miss it
     assert big["peak_rss_mb"] >= 305 and big["peak_rss_mb"] > small["peak_rss_mb"] + 250
     assert 20 < small["peak_rss_mb"] < 1000
@@ -48,6 +50,17 @@ def test_over_budget_cells_are_marked():
     row = next(line for line in md.splitlines() if line.startswith("| c |"))
     assert row.count("**over**") == 1 and "130 s **over**" in row and "10 s |" in row
     assert bench.cost_markdown({"cells": []}).startswith("No chapter")
+
+
+def test_under_load_a_cell_is_judged_by_its_cpu_time():
+    slow = {"chapter": "c", "scale": "book", "seconds": 200.0, "cpu_seconds": 90.0, "peak_rss_mb": 1,
+            "status": "ok", "date": "d", "cpu": "x", "cores": 2, "load_before": 5.0, "budget": 120.0}
+    assert bench.contended(slow) and not bench.is_over(slow)
+    assert bench.is_over(dict(slow, cpu_seconds=130.0))
+    quiet = dict(slow, load_before=1.0)  # quiet: the wall time decides
+    assert not bench.contended(quiet) and bench.is_over(quiet)
+    row = next(line for line in bench.cost_markdown({"cells": [slow]}).splitlines() if line.startswith("| c |"))
+    assert "200 s (CPU 90 s, load 5)" in row and "**over**" not in row
 
 
 def test_bench_cli_refuses_bad_input(toy_book, capsys):
