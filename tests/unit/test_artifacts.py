@@ -556,3 +556,17 @@ def test_total_bytes_counts_every_file(root):
 def test_gitattributes_marks_weights_binary():
     lines = (REPO / ".gitattributes").read_text().splitlines()
     assert "artifacts/**/*.safetensors binary" in lines
+
+
+def test_loading_one_artifact_imports_only_its_own_recipe_module():
+    """artifacts.load reads the manifest's recipe_module and imports that first: loading
+    a chapter's artifact does not import every chapter's recipe (and their libraries)."""
+    import subprocess
+
+    code = ("import sys\n"
+            "from minirepro.core import artifacts\n"
+            "artifacts.load('active-o3-task-cnn')\n"
+            "others = [m for m in artifacts.RECIPE_MODULES if m in sys.modules]\n"
+            "print(others)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['minirepro.papers.active_o3.artifact']", out.stdout + out.stderr

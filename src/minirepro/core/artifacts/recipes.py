@@ -131,8 +131,22 @@ def registry() -> dict[str, Recipe]:
     return dict(sorted(_REGISTRY.items()))
 
 
-def get(name: str) -> Recipe:
-    """The recipe called ``name``; an unknown name raises an error naming the valid ones."""
+def get(name: str, module_hint: str | None = None) -> Recipe:
+    """The recipe called ``name``; an unknown name raises an error naming the valid ones.
+
+    ``module_hint`` (a manifest's ``recipe_module``) is imported first, and only when
+    that does not register ``name`` are all of :data:`RECIPE_MODULES` imported: loading
+    one chapter's artifact does not import every other chapter's recipe (and its
+    libraries). Only modules listed in ``RECIPE_MODULES`` are ever imported.
+    """
+    from minirepro.core import artifacts
+
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if module_hint in artifacts.RECIPE_MODULES:
+        importlib.import_module(module_hint)
+        if name in _REGISTRY:
+            return _REGISTRY[name]
     known = registry()
     if name not in known:
         raise ArtifactError(f"unknown artifact {name!r}; artifacts: "

@@ -68,8 +68,11 @@ def verify(name: str, root: str | Path | None = None) -> list[str]:
     unlisted files, and compares the recipe's current config and source hash with the
     manifest's.
     """
-    rec = get(name)
     folder = resolve_root(root) / name
+    hint = None
+    with contextlib.suppress(ArtifactError, OSError, ValueError):
+        hint = read_manifest(folder).get("recipe_module")
+    rec = get(name, module_hint=hint)
     problems = file_problems(folder)
     if folder.is_dir() and (folder / MANIFEST).is_file():
         with contextlib.suppress(ArtifactError):
@@ -196,8 +199,11 @@ def load(name: str, root: str | Path | None = None) -> Path:
     :class:`ArtifactWarning`, a copy rebuilt into :func:`cache_dir` (reused when it
     verifies and matches the recipe); the bad files are never returned.
     """
-    rec = get(name)
     folder = resolve_root(root) / name
+    hint = None
+    with contextlib.suppress(ArtifactError, OSError, ValueError):
+        hint = read_manifest(folder).get("recipe_module")
+    rec = get(name, module_hint=hint)
     problems = file_problems(folder)
     if not problems:
         stale = recipe_problems(rec, read_manifest(folder))
