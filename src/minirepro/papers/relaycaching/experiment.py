@@ -1,0 +1,340 @@
+"""The chapter's protocol: calibration profile, the arms on fresh relays, sweeps, costs, phases.
+
+Every arm prefills agent B's context ``P_B + S + Q`` and is compared with full prefill
+at B's question tokens ``Q`` (the last one predicts B's answer).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from minirepro.core import set_seed
+from minirepro.core.lm import load_substrate
+from minirepro.core.progress import progress
+from minirepro.core.scale import ScaledConfig
+from minirepro.papers.relaycaching.blend import (
+    blended_prefill,
+    full_schedule,
+    make_schedule,
+    naive_schedule,
+    prefill_flops,
+    reuse_rate,
+    reused_kv,
+)
+from minirepro.papers.relaycaching.relay import RelayItem, a_cache, full_prefill, make_items
+from minirepro.papers.relaycaching.select import (
+    cacheblend_detect,
+    cacheblend_schedule,
+    kv_deviation,
+    layer0_probe,
+    layer_window,
+    relay_schedule,
+    relay_tokens,
+)
+
+ARMS: tuple[str, ...] = ("full prefill", "exact prefix", "naive reuse", "EPIC", "CacheBlend",
+                         "RelayCaching")
+
+
+@dataclass
+class Config(ScaledConfig):
+    """The chapter's knobs.
+
+    Attributes:
+        substrate: the shipped v2 model (``"book"`` 4 layers, ``"smoke"`` 2 layers).
+        n_seeds: seeds; each draws its own fresh relays.
+        n_items: relays per seed.
+        n_calib: calibration relays of the offline profile (drawn with ``calib_seed``).
+        calib_seed: the calibration draw (disjoint from the reported seeds).
+        budget: RelayCaching's recompute share of ``S`` (boundary + suffix + probe's top).
+        cacheblend_ratio: CacheBlend's recompute share (paper: 0.15).
+        window_frac: a layer is in RelayCaching's window when its mean calibration
+            deviation is at least this share of the largest layer's.
+        n_boundary, n_suffix: tokens of ``S`` always recomputed at its start and end.
+        sweep: recompute shares of the reuse-rate sweep (first seed's relays).
+        n_sweep: relays of the sweep.
+        n_phase: relays per seed of the decode-vs-prefill check (fp32 and bf16).
+        n_timing, timing_repeats: relays timed per seed, and repeats (median).
+        item_offset: relays of seed ``k`` are drawn with ``item_offset + k``.
+    """
+
+    substrate: str = "book"
+    n_seeds: int = 5
+    n_items: int = 16
+    n_calib: int = 16
+    calib_seed: int = 900
+    budget: float = 0.15
+    cacheblend_ratio: float = 0.15
+    window_frac: float = 0.5
+    n_boundary: int = 2
+    n_suffix: int = 2
+    sweep: tuple[float, ...] = (0.05, 0.1, 0.15, 0.3, 0.5)
+    n_sweep: int = 12
+    n_phase: int = 1
+    n_timing: int = 4
+    timing_repeats: int = 3
+    item_offset: int = 1000
+
+    PRESETS: ClassVar = {
+        "smoke": {"substrate": "smoke", "n_seeds": 2, "n_items": 6, "n_calib": 4, "n_sweep": 3,
+                  "sweep": (0.15, 0.5), "n_timing": 2, "timing_repeats": 2},
+        "book": {},
+        "full": {"n_seeds": 10, "n_items": 64, "n_calib": 64, "n_sweep": 32, "n_phase": 4},
+    }
+
+    def __post_init__(self) -> None:
+        for name in ("n_seeds", "n_items", "n_calib", "n_sweep", "n_phase", "n_timing",
+                     "timing_repeats"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("budget", "cacheblend_ratio"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        self.sweep = tuple(float(x) for x in self.sweep)
+
+
+def deviation_map(model: PreTrainedModel, item: RelayItem, cache=None, full_cache=None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. (1) per layer and ``S`` token: ``1 - cos`` of A's re-rotated keys (values) vs B's full prefill; ``(L, |S|)`` x2."""
+    cache = cache if cache is not None else a_cache(model, item)
+    if full_cache is None:
+        _, full_cache = full_prefill(model, item.b_ids)
+    re = reused_kv(cache, model, item)
+    pb, s = len(item.pb), len(item.s)
+    dk = [kv_deviation(k, lay.keys[:, :, pb:pb + s]).numpy() for (k, _), lay in zip(re, full_cache.layers)]
+    dv = [kv_deviation(v, lay.values[:, :, pb:pb + s]).numpy() for (_, v), lay in zip(re, full_cache.layers)]
+    return np.stack(dk), np.stack(dv)
+
+
+def top_share(dev: np.ndarray, frac: float = 0.2) -> float:
+    """Share of the summed deviation carried by the largest ``frac`` of the (layer, token) cells."""
+    flat = np.sort(np.asarray(dev, dtype=float).ravel())[::-1]
+    k = max(1, int(round(frac * flat.size)))
+    return float(flat[:k].sum() / max(flat.sum(), 1e-30))
+
+
+def kl_rows(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """``KL(softmax(p) || softmax(q))`` per row, nats; ``(T, V)`` x2 -> ``(T,)``."""
+    lp, lq = p_logits.log_softmax(-1), q_logits.log_softmax(-1)
+    return (lp.exp() * (lp - lq)).sum(-1).clamp_min(0)
+
+
+def _score(name: str, ref: torch.Tensor, logits: torch.Tensor, item: RelayItem, tok, reuse: float,
+           flops: float, flops_full: float) -> dict:
+    kl = kl_rows(ref, logits)
+    pred = tok.decode([int(logits[-1].argmax())]).strip()
+    return {"arm": name, "reuse": reuse, "kl_q": float(kl.mean()), "kl_answer": float(kl[-1]),
+            "agree_q": float((ref.argmax(-1) == logits.argmax(-1)).float().mean()),
+            "agree_answer": float(ref[-1].argmax() == logits[-1].argmax()),
+            "correct": float(pred == item.answer), "flops_ratio": flops_full / flops}
+
+
+@dataclass
+class Prepared:
+    """One relay's shared inputs: full prefill's logits at ``Q`` ``(|Q|, V)``, A's re-rotated KV, its FLOPs."""
+
+    item: RelayItem
+    ref: torch.Tensor
+    reused: list
+    flops_full: float
+    a_cache: object = None
+    full_cache: object = None
+
+
+@torch.no_grad()
+def prepare(model: PreTrainedModel, item: RelayItem) -> Prepared:
+    """Full prefill of B's context and A's cache of ``S``, re-rotated to B's positions."""
+    logits, fc = full_prefill(model, item.b_ids)
+    fs = full_schedule(model.config.num_hidden_layers, len(item.s))
+    ac = a_cache(model, item)
+    return Prepared(item, logits[-len(item.q):], reused_kv(ac, model, item),
+                    prefill_flops(model, item, fs), ac, fc)
+
+
+@torch.no_grad()
+def run_arms(model: PreTrainedModel, tok: PreTrainedTokenizerBase, prep: Prepared, cfg: Config,
+             top_layer: int, budgets: dict[str, float] | None = None) -> list[dict]:
+    """The arms on one relay; one row per arm (reuse rate, next-token KL and agreement at ``Q``, FLOPs).
+
+    ``budgets`` (arm -> recompute share) runs only the selective arms named; ``None`` runs
+    every arm of :data:`ARMS` at the config's shares, plus the no-prefix ablation.
+    """
+    item, ref, reused, f_full = prep.item, prep.ref, prep.reused, prep.flops_full
+    n_layers, s = model.config.num_hidden_layers, len(item.s)
+    rows = []
+    sched = {}
+    if budgets is None:
+        rows.append(_score("full prefill", ref, ref, item, tok, 0.0, f_full, f_full))
+        lcp = next((i for i, (a, b) in enumerate(zip(item.pa, item.pb)) if a != b), 0)
+        ex = _score("exact prefix", ref, ref, item, tok, 0.0, f_full, f_full)
+        ex["prefix_share"] = lcp / item.n_b
+        rows.append(ex)
+        sched["naive reuse"] = (naive_schedule(n_layers, s), None, False)
+        budgets = {"EPIC": cfg.budget, "CacheBlend": cfg.cacheblend_ratio, "RelayCaching": cfg.budget}
+        ablate = True
+    else:
+        ablate = False
+    if "EPIC" in budgets:
+        k = int(round(budgets["EPIC"] * s))
+        sched["EPIC"] = (make_schedule(n_layers, s, [range(k)] * n_layers), None, False)
+    if "CacheBlend" in budgets:
+        sched["CacheBlend"] = (cacheblend_schedule(n_layers, s), cacheblend_detect(budgets["CacheBlend"]),
+                               False)
+    if "RelayCaching" in budgets:
+        pm, inf = layer0_probe(model, item)
+        toks = relay_tokens(pm, inf, n_boundary=cfg.n_boundary, n_suffix=cfg.n_suffix,
+                            budget=budgets["RelayCaching"])
+        sched["RelayCaching"] = (relay_schedule(n_layers, s, toks, top_layer), None, True)
+    for name, (sc, det, probe) in sched.items():
+        out = blended_prefill(model, item, reused, sc, det)
+        rows.append(_score(name, ref, out.logits, item, tok, reuse_rate(out.schedule, s),
+                           prefill_flops(model, item, out.schedule, probe=probe), f_full))
+    if ablate:
+        nop, _ = full_prefill(model, torch.tensor([item.s + item.q]))
+        rows.append(_score("no prefix (ablation)", ref, nop[-len(item.q):], item, tok, float("nan"),
+                           f_full, f_full))
+    return rows
+
+
+@torch.no_grad()
+def phase_gap(model: PreTrainedModel, item: RelayItem, dtype: torch.dtype) -> dict[str, float]:
+    """Decode-phase vs prefill KV of A's identical context in ``dtype``: max and mean ``1 - cos`` over layers and ``S``."""
+    m = model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
+    dec, pre = a_cache(m, item, decode=True), a_cache(m, item, decode=False)
+    s0 = len(item.pa)
+    devs = [kv_deviation(a.keys[:, :, s0:], b.keys[:, :, s0:]) for a, b in zip(dec.layers, pre.layers)]
+    devs += [kv_deviation(a.values[:, :, s0:], b.values[:, :, s0:]) for a, b in zip(dec.layers, pre.layers)]
+    d = torch.cat(devs)
+    return {"max": float(d.max()), "mean": float(d.mean())}
+
+
+@torch.no_grad()
+def time_prefill(model: PreTrainedModel, item: RelayItem, cfg: Config, top_layer: int) -> dict[str, float]:
+    """Median seconds of B's prefill: full (all of ``S`` recomputed) vs RelayCaching (probe + partial), same code."""
+    n_layers, s = model.config.num_hidden_layers, len(item.s)
+    reused = reused_kv(a_cache(model, item), model, item)
+    fs = full_schedule(n_layers, s)
+
+    def relay():
+        pm, inf = layer0_probe(model, item)
+        toks = relay_tokens(pm, inf, n_boundary=cfg.n_boundary, n_suffix=cfg.n_suffix, budget=cfg.budget)
+        blended_prefill(model, item, reused, relay_schedule(n_layers, s, toks, top_layer))
+
+    out = {}
+    for name, fn in (("full", lambda: blended_prefill(model, item, reused, fs)), ("relay", relay)):
+        fn()
+        ts = []
+        for _ in range(cfg.timing_repeats):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        out[name] = float(np.median(ts))
+    return out
+
+
+@dataclass
+class Results:
+    """Everything the chapter shows.
+
+    Attributes:
+        rows: one row per (seed, relay, arm).
+        seeds_table: per (seed, arm) means.
+        profile_k, profile_v: calibration deviation ``(L, max |S|)`` (NaN past a relay's end).
+        window: RelayCaching's layer window ``(first, last)``.
+        dev_seed: per seed, the mean top-20 % share and mean layer profile of the keys.
+        sweep: the reuse-rate sweep rows.
+        phase: per (seed, dtype) decode-vs-prefill deviation.
+        timing: per (seed, relay) seconds full vs RelayCaching.
+        prefix_dev: per seed, the mean prefix-induced key deviation (layers >= 1).
+    """
+
+    rows: pd.DataFrame
+    seeds_table: pd.DataFrame
+    profile_k: np.ndarray
+    profile_v: np.ndarray
+    window: tuple[int, int]
+    dev_seed: pd.DataFrame
+    sweep: pd.DataFrame
+    phase: pd.DataFrame
+    timing: pd.DataFrame
+    n_layers: int
+    seconds: dict = field(default_factory=dict)
+
+
+def calibrate(model: PreTrainedModel, items: list[RelayItem], frac: float
+              ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """The offline profile on calibration relays: mean key/value deviation per (layer, position) and the window."""
+    maps = [deviation_map(model, it) for it in items]
+    width = max(m[0].shape[1] for m in maps)
+    pk = np.full((len(maps), maps[0][0].shape[0], width), np.nan)
+    pv = pk.copy()
+    for i, (dk, dv) in enumerate(maps):
+        pk[i, :, :dk.shape[1]], pv[i, :, :dv.shape[1]] = dk, dv
+    prof_k, prof_v = np.nanmean(pk, 0), np.nanmean(pv, 0)
+    return prof_k, prof_v, layer_window(prof_k, frac)
+
+
+def run_experiment(cfg: Config, model: PreTrainedModel | None = None,
+                   tok: PreTrainedTokenizerBase | None = None, corpus_cfg=None,
+                   seeds: list[int] | None = None) -> Results:
+    """The whole protocol: calibration, arms per seed, sweep, phase check, timing."""
+    t_start = time.perf_counter()
+    if model is None:
+        sub = load_substrate(cfg.substrate)
+        model, tok, corpus_cfg = sub.model, sub.tokenizer, sub.corpus.config
+    seeds = list(range(cfg.n_seeds)) if seeds is None else list(seeds)
+    set_seed(0)
+    max_len = model.config.max_position_embeddings
+    calib = make_items(tok, corpus_cfg, cfg.n_calib, cfg.calib_seed, max_len)
+    prof_k, prof_v, window = calibrate(model, calib, cfg.window_frac)
+    t_cal = time.perf_counter()
+    rows, devs, phase, timing = [], [], [], []
+    n_layers = model.config.num_hidden_layers
+    for seed in progress(seeds, desc="seeds"):
+        items = make_items(tok, corpus_cfg, cfg.n_items, cfg.item_offset + seed, max_len)
+        shares, layer_means, prefix_dev = [], [], []
+        for i, it in enumerate(items):
+            prep = prepare(model, it)
+            for r in run_arms(model, tok, prep, cfg, window[1]):
+                rows.append({"seed": seed, "item": i, "s_len": len(it.s), "n_b": it.n_b, **r})
+            dk, _ = deviation_map(model, it, prep.a_cache, prep.full_cache)
+            shares.append(top_share(dk))
+            layer_means.append(dk.mean(1))
+            prefix_dev.append(dk[1:].mean())
+        devs.append({"seed": seed, "top20_share": float(np.mean(shares)),
+                     "prefix_dev": float(np.mean(prefix_dev)),
+                     **{f"layer {li}": float(v) for li, v in enumerate(np.mean(layer_means, 0))}})
+        for it in items[:cfg.n_phase]:
+            for name, dt in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+                phase.append({"seed": seed, "dtype": name, **phase_gap(model, it, dt)})
+        for i, it in enumerate(items[:cfg.n_timing]):
+            timing.append({"seed": seed, "item": i, **time_prefill(model, it, cfg, window[1])})
+    t_main = time.perf_counter()
+    sweep_rows = []
+    items = make_items(tok, corpus_cfg, cfg.n_sweep, cfg.item_offset + seeds[0], max_len)
+    for i, it in enumerate(items):
+        prep = prepare(model, it)
+        for b in cfg.sweep:
+            for r in run_arms(model, tok, prep, cfg, window[1],
+                              {"EPIC": b, "CacheBlend": b, "RelayCaching": b}):
+                sweep_rows.append({"share": b, "item": i, **r})
+    df = pd.DataFrame(rows)
+    table = df.groupby(["seed", "arm"], sort=False).mean(numeric_only=True).reset_index()
+    return Results(df, table, prof_k, prof_v, window, pd.DataFrame(devs), pd.DataFrame(sweep_rows),
+                   pd.DataFrame(phase), pd.DataFrame(timing), n_layers,
+                   {"calibration": t_cal - t_start, "arms": t_main - t_cal,
+                    "sweep": time.perf_counter() - t_main})
+
+
+def per_seed(res: Results, arm: str, col: str) -> np.ndarray:
+    """Per-seed mean of ``col`` for ``arm`` (aligned by seed)."""
+    t = res.seeds_table
+    return t[t.arm == arm].sort_values("seed")[col].to_numpy(dtype=float)
