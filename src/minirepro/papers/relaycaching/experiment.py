@@ -50,6 +50,7 @@ class Config(ScaledConfig):
 
     Attributes:
         substrate: the shipped v2 model (``"book"`` 4 layers, ``"smoke"`` 2 layers).
+        model_name: a local checkpoint folder or hub id to use instead (Llama-style, RoPE).
         n_seeds: seeds; each draws its own fresh relays.
         n_items: relays per seed.
         n_calib: calibration relays of the offline profile (drawn with ``calib_seed``).
@@ -67,6 +68,7 @@ class Config(ScaledConfig):
     """
 
     substrate: str = "book"
+    model_name: str | None = None
     n_seeds: int = 5
     n_items: int = 16
     n_calib: int = 16
@@ -199,7 +201,7 @@ def run_arms(model: PreTrainedModel, tok: PreTrainedTokenizerBase, prep: Prepare
                            prefill_flops(model, item, out.schedule, probe=probe), f_full))
     if ablate:
         nop, _ = full_prefill(model, torch.tensor([item.s + item.q]))
-        rows.append(_score("no prefix (ablation)", ref, nop[-len(item.q):], item, tok, float("nan"),
+        rows.append(_score("no prefix (ablation)", ref, nop[-len(item.q):], item, tok, 0.0,
                            f_full, f_full))
     return rows
 
@@ -217,27 +219,38 @@ def phase_gap(model: PreTrainedModel, item: RelayItem, dtype: torch.dtype) -> di
 
 
 @torch.no_grad()
-def time_prefill(model: PreTrainedModel, item: RelayItem, cfg: Config, top_layer: int) -> dict[str, float]:
-    """Median seconds of B's prefill: full (all of ``S`` recomputed) vs RelayCaching (probe + partial), same code."""
+def time_prefill(model: PreTrainedModel, prep: Prepared, cfg: Config, top_layer: int,
+                 shares: tuple[float, ...]) -> list[dict]:
+    """Median seconds of B's prefill, same code for every arm: full (``share`` 1.0 with every
+    token passing every layer) and RelayCaching at each recompute ``share`` (probe included).
+
+    Returns rows ``{"share", "reuse", "seconds", "flops"}``; ``share = nan`` is full prefill.
+    """
+    item, reused = prep.item, prep.reused
     n_layers, s = model.config.num_hidden_layers, len(item.s)
-    reused = reused_kv(a_cache(model, item), model, item)
-    fs = full_schedule(n_layers, s)
 
-    def relay():
+    def relay(share):
         pm, inf = layer0_probe(model, item)
-        toks = relay_tokens(pm, inf, n_boundary=cfg.n_boundary, n_suffix=cfg.n_suffix, budget=cfg.budget)
-        blended_prefill(model, item, reused, relay_schedule(n_layers, s, toks, top_layer))
+        toks = relay_tokens(pm, inf, n_boundary=cfg.n_boundary, n_suffix=cfg.n_suffix, budget=share)
+        sc = relay_schedule(n_layers, s, toks, top_layer)
+        blended_prefill(model, item, reused, sc)
+        return sc
 
-    out = {}
-    for name, fn in (("full", lambda: blended_prefill(model, item, reused, fs)), ("relay", relay)):
-        fn()
+    fs = full_schedule(n_layers, s)
+    arms = [(float("nan"), lambda: (blended_prefill(model, item, reused, fs), fs)[1])]
+    arms += [(b, (lambda b=b: relay(b))) for b in shares]
+    rows = []
+    for share, fn in arms:
+        sc = fn()
         ts = []
         for _ in range(cfg.timing_repeats):
             t0 = time.perf_counter()
             fn()
             ts.append(time.perf_counter() - t0)
-        out[name] = float(np.median(ts))
-    return out
+        probe = not np.isnan(share)
+        rows.append({"share": share, "reuse": reuse_rate(sc, s), "seconds": float(np.median(ts)),
+                     "flops": prefill_flops(model, item, sc, probe=probe)})
+    return rows
 
 
 @dataclass
@@ -253,6 +266,7 @@ class Results:
         sweep: the reuse-rate sweep rows.
         phase: per (seed, dtype) decode-vs-prefill deviation.
         timing: per (seed, relay) seconds full vs RelayCaching.
+        sweep_time: per (relay, share) seconds and FLOPs of RelayCaching (``share`` NaN: full).
         prefix_dev: per seed, the mean prefix-induced key deviation (layers >= 1).
     """
 
@@ -265,6 +279,7 @@ class Results:
     sweep: pd.DataFrame
     phase: pd.DataFrame
     timing: pd.DataFrame
+    sweep_time: pd.DataFrame
     n_layers: int
     seconds: dict = field(default_factory=dict)
 
@@ -288,7 +303,7 @@ def run_experiment(cfg: Config, model: PreTrainedModel | None = None,
     """The whole protocol: calibration, arms per seed, sweep, phase check, timing."""
     t_start = time.perf_counter()
     if model is None:
-        sub = load_substrate(cfg.substrate)
+        sub = load_substrate(cfg.substrate, model_name=cfg.model_name)
         model, tok, corpus_cfg = sub.model, sub.tokenizer, sub.corpus.config
     seeds = list(range(cfg.n_seeds)) if seeds is None else list(seeds)
     set_seed(0)
@@ -316,12 +331,16 @@ def run_experiment(cfg: Config, model: PreTrainedModel | None = None,
             for name, dt in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
                 phase.append({"seed": seed, "dtype": name, **phase_gap(model, it, dt)})
         for i, it in enumerate(items[:cfg.n_timing]):
-            timing.append({"seed": seed, "item": i, **time_prefill(model, it, cfg, window[1])})
+            t = time_prefill(model, prepare(model, it), cfg, window[1], (cfg.budget,))
+            timing.append({"seed": seed, "item": i, "full": t[0]["seconds"], "relay": t[1]["seconds"]})
     t_main = time.perf_counter()
-    sweep_rows = []
+    sweep_rows, sweep_time = [], []
     items = make_items(tok, corpus_cfg, cfg.n_sweep, cfg.item_offset + seeds[0], max_len)
     for i, it in enumerate(items):
         prep = prepare(model, it)
+        if i < cfg.n_timing:
+            for r in time_prefill(model, prep, cfg, window[1], cfg.sweep):
+                sweep_time.append({"item": i, **r})
         for b in cfg.sweep:
             for r in run_arms(model, tok, prep, cfg, window[1],
                               {"EPIC": b, "CacheBlend": b, "RelayCaching": b}):
@@ -329,7 +348,7 @@ def run_experiment(cfg: Config, model: PreTrainedModel | None = None,
     df = pd.DataFrame(rows)
     table = df.groupby(["seed", "arm"], sort=False).mean(numeric_only=True).reset_index()
     return Results(df, table, prof_k, prof_v, window, pd.DataFrame(devs), pd.DataFrame(sweep_rows),
-                   pd.DataFrame(phase), pd.DataFrame(timing), n_layers,
+                   pd.DataFrame(phase), pd.DataFrame(timing), pd.DataFrame(sweep_time), n_layers,
                    {"calibration": t_cal - t_start, "arms": t_main - t_cal,
                     "sweep": time.perf_counter() - t_main})
 
