@@ -206,3 +206,24 @@ def test_patch_mask_and_augmentation_stay_in_range():
     assert aug.min() >= 0 and aug.max() <= 1
     with pytest.raises(ValueError, match="multiple of the patch"):
         ali.patch_mask(2, 10, 4)
+
+
+def test_material_table_pairs_seeds_and_reports_every_metric():
+    import pandas as pd
+
+    rows = []
+    for seed, shift in ((0, 0.0), (1, 1.0)):
+        for i, reg in enumerate(ali.MATERIALS):
+            for method, gain in (("LI", 0.0), ("ALI (dense)", 0.5 * (i + 1))):
+                rows.append({"method": method, "stage": "II", "domain": "synthetic", "region": reg,
+                             "seed": seed, "psnr": 10 + shift + gain, "rmse": 0.2 - 0.01 * gain,
+                             "ssim": 0.5 + 0.1 * gain})
+    t = ali.material_table(pd.DataFrame(rows))
+    assert list(t.index) == list(ali.MATERIALS)
+    assert set(t.columns.get_level_values("metric")) == {"rmse", "psnr", "ssim"}
+    gain = t[("psnr", "ALI (dense) - LI")].to_numpy()
+    np.testing.assert_allclose(gain, [0.5, 1.0, 1.5])
+    np.testing.assert_allclose(t[("psnr", "LI")].to_numpy(), [10.5] * 3)  # mean over the two seeds
+    np.testing.assert_allclose(t[("rmse", "ALI (dense) - LI")].to_numpy(), [-0.005, -0.01, -0.015])
+    with pytest.raises(KeyError, match="no rows"):
+        ali.material_table(pd.DataFrame(rows), stage="I")

@@ -211,3 +211,24 @@ def per_seed(table: pd.DataFrame, method: str, stage: str, metric: str = "psnr",
     if sel.empty:
         raise KeyError(f"no rows for {method!r} stage {stage!r} region {region!r} domain {domain!r}")
     return sel.sort_values("seed")[metric].to_numpy()
+
+
+def material_table(table: pd.DataFrame, method: str = "ALI (dense)", baseline: str = "LI",
+                   stage: str = "II", domain: str = "synthetic") -> pd.DataFrame:
+    """§5's per-material RMSE, PSNR and SSIM: ``baseline``, ``method`` and their paired gain.
+
+    One row per material region; for each metric, the two arms' means over seeds and the
+    mean of the per-seed difference ``method - baseline`` (for RMSE, lower is better, so
+    a gain is negative). Seeds are paired through :func:`per_seed`.
+    """
+    cols = {}
+    for metric in ("rmse", "psnr", "ssim"):
+        for name in (baseline, method):
+            cols[(metric, name)] = [per_seed(table, name, stage, metric, reg, domain).mean()
+                                    for reg in MATERIALS]
+        cols[(metric, f"{method} - {baseline}")] = [
+            (per_seed(table, method, stage, metric, reg, domain)
+             - per_seed(table, baseline, stage, metric, reg, domain)).mean() for reg in MATERIALS]
+    out = pd.DataFrame(cols, index=pd.Index(MATERIALS, name="material"))
+    out.columns = pd.MultiIndex.from_tuples(out.columns, names=["metric", "arm"])
+    return out
