@@ -115,6 +115,50 @@ def test_cmaes_rejects_bad_settings():
         d.cmaes_maximize(lambda x: x.sum(1), np.zeros(2), np.ones(2), 0, 8, seed=0)
 
 
+def test_tpe_improves_a_known_quadratic_and_is_deterministic():
+    target = np.array([0.3, -0.2, 0.7])
+    f = lambda x: -float(((x - target) ** 2).sum())  # noqa: E731
+    calls = []
+    x, v, curve = d.tpe_maximize(lambda x: calls.append(x) or f(x), -np.ones(3), np.ones(3), 40, seed=0,
+                                 x0=np.zeros(3))
+    assert len(calls) == 40 and curve.shape == (40,) and np.all(np.diff(curve) >= 0)
+    np.testing.assert_array_equal(calls[0], np.zeros(3))  # x0 is evaluated first
+    assert v > curve[9] and v > -0.05  # the model-guided trials beat the 10 random start trials
+    x2, v2, curve2 = d.tpe_maximize(f, -np.ones(3), np.ones(3), 40, seed=0, x0=np.zeros(3))
+    np.testing.assert_array_equal(curve, curve2)
+    np.testing.assert_array_equal(x, x2)
+    _, _, curve3 = d.tpe_maximize(f, -np.ones(3), np.ones(3), 40, seed=1, x0=np.zeros(3))
+    assert not np.array_equal(curve, curve3)  # the seed matters
+
+
+@pytest.mark.parametrize("n", [0, -3, 2.5])
+def test_tpe_rejects_a_budget_below_one(n):
+    with pytest.raises(ValueError, match="BO budget"):
+        d.tpe_maximize(lambda x: 0.0, np.zeros(2), np.ones(2), n, seed=0)
+
+
+def test_bo_arm_spends_the_declared_budget_and_is_deterministic():
+    b = d.Budget(rounds=2, theses=2, rewards=1, steps=20, popsize=4, generations=1)
+    run = d.run_morphology_bo(b, seed=3)
+    again = d.run_morphology_bo(b, seed=3)
+    assert len(run.candidates) == b.candidates == 4
+    np.testing.assert_array_equal(run.candidates[0].params, d.DEFAULT)  # the default body first
+    assert all(c.reward_source == d.DEFAULT_REWARD_SOURCE for c in run.candidates)
+    np.testing.assert_array_equal([c.params for c in run.candidates], [c.params for c in again.candidates])
+    assert [c.distance for c in run.candidates] == [c.distance for c in again.candidates]
+    lo, hi = np.array(d.LOWER), np.array(d.UPPER)
+    assert all(np.all((c.params >= lo) & (c.params <= hi)) for c in run.candidates)
+    assert len({tuple(c.params) for c in run.candidates}) == 4  # distinct bodies, not a repeat
+    other = d.run_morphology_bo(b, seed=4)
+    assert not np.array_equal(other.candidates[1].params, run.candidates[1].params)
+
+
+def test_bo_arm_rejects_an_empty_budget():
+    with pytest.raises(ValueError, match="at least 1 candidate"):
+        d.run_morphology_bo(d.Budget(rounds=0, theses=2, rewards=1, steps=20, popsize=4,
+                                     generations=1), seed=0)
+
+
 # --- rewards ----------------------------------------------------------------------------
 
 

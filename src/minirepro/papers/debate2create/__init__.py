@@ -1,13 +1,13 @@
 """Debate2Create (ICML 2026): multi-agent debate for robot co-design, in miniature.
 
 * ``body``: Swimmer bodies from the public code's 6 parameters (MJCF, gymnasium env).
-* ``control``: open-loop CPG controllers, batched MuJoCo rollouts, CMA-ES.
+* ``control``: open-loop CPG controllers, batched MuJoCo rollouts, CMA-ES, TPE (optuna).
 * ``rewards``: reward functions in the public code's signature, compiled from source.
 * ``training``: training and scoring one (body, reward) candidate.
 * ``agents``: the ``LLM(prompt) -> str`` interface, prompts and strict JSON parsers.
 * ``scripted``: the offline scripted stand-in for every agent and judge.
 * ``http_llm``: an adapter for OpenAI-compatible endpoints (not used by the chapter).
-* ``debate``: the protocol, its ablations and the morphology-only baseline.
+* ``debate``: the protocol, its ablations and the morphology-only baselines (BO, CMA-ES).
 * ``experiment``: the chapter's config and runs; ``plots``: its figures.
 """
 
@@ -40,6 +40,7 @@ from minirepro.papers.debate2create.control import (
     cpg_controls,
     initial_states,
     simulate,
+    tpe_maximize,
 )
 from minirepro.papers.debate2create.debate import (
     CONDITIONS,
@@ -47,6 +48,7 @@ from minirepro.papers.debate2create.debate import (
     ConditionRun,
     run_debate,
     run_default,
+    run_morphology_bo,
     run_morphology_cmaes,
 )
 from minirepro.papers.debate2create.experiment import (
@@ -82,7 +84,7 @@ __all__ = [
     "evaluate_fresh", "initial_states", "judge_observation", "load_model", "log_ratio",
     "make_env", "make_prompt", "observations", "parse_critique", "parse_design",
     "parse_judgement", "parse_rewards", "per_seed", "plots", "read_prompt", "run_debate",
-    "run_default", "run_experiment", "run_morphology_cmaes", "run_seed", "segment_geometry",
+    "run_default", "run_experiment", "run_morphology_bo", "run_morphology_cmaes", "run_seed", "segment_geometry",
     "shaped_reward_source", "simulate", "summarise", "swimmer_xml", "train_candidate",
-    "zero_control_distance",
+    "tpe_maximize", "zero_control_distance",
 ]

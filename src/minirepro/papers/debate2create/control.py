@@ -121,3 +121,39 @@ def cmaes_maximize(f: Callable[[np.ndarray], np.ndarray], lower: np.ndarray, upp
             best_x, best_v = xs[i].copy(), float(vals[i])
         curve.append(best_v)
     return best_x, best_v, np.array(curve)
+
+
+def tpe_maximize(f: Callable[[np.ndarray], float], lower: np.ndarray, upper: np.ndarray,
+                 n_evals: int, seed: int, x0: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, float, np.ndarray]:
+    """Bayesian optimisation (the paper's morphology-only baseline): optuna's default
+    sampler, TPE, seeded, maximising a scalar objective ``f`` (d,) -> float inside box
+    bounds with exactly ``n_evals`` evaluations (the first at ``x0`` if given, through
+    ``enqueue_trial``; the sampler itself is left at optuna's defaults).
+
+    Returns (best x, best value, best value after each evaluation (n_evals,)).
+    """
+    import optuna
+
+    lower, upper = np.asarray(lower, float), np.asarray(upper, float)
+    if isinstance(n_evals, bool) or int(n_evals) != n_evals or n_evals < 1:
+        raise ValueError(f"the BO budget must be an integer >= 1 evaluation, got {n_evals!r}")
+    if lower.shape != upper.shape or lower.ndim != 1 or not np.all(lower < upper):
+        raise ValueError("need 1-d bounds with lower < upper")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dists = {f"x{i}": optuna.distributions.FloatDistribution(float(lo), float(hi))
+             for i, (lo, hi) in enumerate(zip(lower, upper, strict=True))}
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+    if x0 is not None:
+        study.enqueue_trial({k: float(v) for k, v in zip(dists, np.clip(x0, lower, upper), strict=True)})
+    best_x, best_v, curve = None, -np.inf, []
+    for _ in range(int(n_evals)):
+        trial = study.ask(dists)
+        x = np.array([trial.params[k] for k in dists])
+        v = float(f(x))
+        v = v if np.isfinite(v) else -1e9
+        study.tell(trial, v)
+        if v > best_v:
+            best_x, best_v = x, v
+        curve.append(best_v)
+    return best_x, best_v, np.array(curve)

@@ -20,6 +20,7 @@ from minirepro.papers.debate2create.debate import (
     ConditionRun,
     run_debate,
     run_default,
+    run_morphology_bo,
     run_morphology_cmaes,
 )
 from minirepro.papers.debate2create.rewards import DEFAULT_REWARD_SOURCE
@@ -72,6 +73,7 @@ def run_seed(cfg: Config, seed: int) -> dict[str, ConditionRun]:
     for name, (iterative, synthesis, judges, reward_design) in PROTOCOL_FLAGS.items():
         out[name] = run_debate(ScriptedLLM(seed), b, seed, baseline, iterative, synthesis,
                                judges, reward_design, condition=name)
+    out["Bayesian optimisation"] = run_morphology_bo(b, seed)
     out["CMA-ES morphology"] = run_morphology_cmaes(b, seed)
     return {c: out[c] for c in CONDITIONS}
 
