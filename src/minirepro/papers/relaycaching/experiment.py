@@ -51,6 +51,7 @@ class Config(ScaledConfig):
     Attributes:
         substrate: the shipped v2 model (``"book"`` 4 layers, ``"smoke"`` 2 layers).
         model_name: a local checkpoint folder or hub id to use instead (Llama-style, RoPE).
+        seed: the first reported seed; seeds ``seed .. seed + n_seeds - 1`` are run.
         n_seeds: seeds; each draws its own fresh relays.
         n_items: relays per seed.
         n_calib: calibration relays of the offline profile (drawn with ``calib_seed``).
@@ -69,6 +70,7 @@ class Config(ScaledConfig):
 
     substrate: str = "book"
     model_name: str | None = None
+    seed: int = 0
     n_seeds: int = 5
     n_items: int = 16
     n_calib: int = 16
@@ -305,7 +307,7 @@ def run_experiment(cfg: Config, model: PreTrainedModel | None = None,
     if model is None:
         sub = load_substrate(cfg.substrate, model_name=cfg.model_name)
         model, tok, corpus_cfg = sub.model, sub.tokenizer, sub.corpus.config
-    seeds = list(range(cfg.n_seeds)) if seeds is None else list(seeds)
+    seeds = list(range(cfg.seed, cfg.seed + cfg.n_seeds)) if seeds is None else list(seeds)
     set_seed(0)
     max_len = model.config.max_position_embeddings
     calib = make_items(tok, corpus_cfg, cfg.n_calib, cfg.calib_seed, max_len)

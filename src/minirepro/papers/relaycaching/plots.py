@@ -40,9 +40,11 @@ def plot_tradeoff(sweep: pd.DataFrame, rows: pd.DataFrame) -> Figure:
             g = rows[rows.arm == arm][["reuse", col]].mean()
             ax.plot([g["reuse"]], [g[col]], mk, color=color(arm), ms=8, label=arm)
         ax.axvline(0.8, color="0.6", ls=":", lw=1)
-        ax.set_xlabel("reuse rate of A's KV (share of S's layer-token entries)")
+        ax.set_xlabel("reuse rate of A's KV")
         ax.set_ylabel(lab)
     axes[0].legend(frameon=False, fontsize=9, loc="upper left")
+    fig.suptitle("Fidelity to full prefill on B's question tokens (reuse: share of S's "
+                 "layer-token entries kept)", fontsize=10)
     return fig
 
 
