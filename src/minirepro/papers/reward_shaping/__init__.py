@@ -14,6 +14,7 @@ from minirepro.papers.reward_shaping.bt import BTFit, RewardHead, bt_loss, train
 from minirepro.papers.reward_shaping.data import (
     BIASES,
     PLANTED,
+    PLANTED_SIGN,
     Question,
     Response,
     contrast_pairs,
@@ -32,7 +33,7 @@ from minirepro.papers.reward_shaping.shaping import (
     project_out,
 )
 
-__all__ = ["BIASES", "LOW", "PLANTED", "plots", "BTFit", "Config", "EvalSet", "Question", "Response",
+__all__ = ["BIASES", "LOW", "PLANTED", "PLANTED_SIGN", "plots", "BTFit", "Config", "EvalSet", "Question", "Response",
            "RewardHead", "Run", "Shaper", "StateCache", "build_eval_texts", "bt_loss",
            "clean_probe", "contrast_pairs", "diff_of_means_probe", "features", "gram_schmidt",
            "last_token_states", "make_preferences", "make_question", "preference_rate",

@@ -39,6 +39,9 @@ FILLERS: tuple[str, ...] = ("so", "the", "and", "all", "day", "slowly", "near", 
 OOD_FILLERS: tuple[str, ...] = tuple(f"<reserved_{i}>" for i in range(8))
 HEDGE, STYLE, XOR_A, XOR_B = "i am not sure , but", "certainly !", "ok", "hm"
 BIASES: tuple[str, ...] = ("length", "position", "hedge", "sycophancy", "style", "xor")
+# the direction each bias was planted in: +1 the attribute is preferred, -1 it is penalised
+PLANTED_SIGN: dict[str, int] = {"length": 1, "position": 1, "hedge": -1, "sycophancy": 1, "style": 1,
+                                "xor": 1, "length_ood": 1}
 # planted utility of a response (Bradley-Terry logits); position has none: it is planted
 # through the training questions' correlation (the correct option at "a" 70% of the time)
 PLANTED: dict[str, float] = {"correct": 3.0, "hedge": -1.5, "agree": 1.5, "style": 1.0, "xor": 1.5}

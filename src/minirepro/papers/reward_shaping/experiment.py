@@ -39,6 +39,7 @@ class Config(ScaledConfig):
     """Sizes of the miniature (see the page's parameters cell)."""
 
     substrate: str = "book"
+    model_name: str | None = None
     n_pool: int = 1200
     n_train: int = 1000
     n_eval: int = 100
@@ -56,7 +57,7 @@ class Config(ScaledConfig):
 
     PRESETS: ClassVar = {
         "smoke": {"n_pool": 400, "n_train": 300, "n_eval": 40, "n_probe": 32,
-                  "probe_sizes": (4, 32), "n_seeds": 2, "bon_prompts": 16, "bon_n": 4},
+                  "probe_sizes": (4, 16), "n_seeds": 1, "bon_prompts": 16, "bon_n": 4},
         "book": {},
         "full": {"n_pool": 4000, "n_train": 3000, "n_eval": 400, "probe_sizes": (2, 4, 8, 16, 32, 64, 128, 256),
                  "n_seeds": 10, "bon_prompts": 200, "bon_n": 16},
@@ -75,21 +76,6 @@ class Shaper:
         if self.basis is None:
             return self.head.reward(h)
         return self.head.reward(project_out(h, self.basis, self.alpha).astype(np.float32))
-
-
-@dataclass
-class Run:
-    """Everything the page shows."""
-
-    cfg: Config
-    per_seed: pd.DataFrame                 # one row per (seed, arm): every metric
-    probe_curve: pd.DataFrame              # one row per (seed, n_probe)
-    bon: pd.DataFrame                      # one row per (seed, arm)
-    curves: list[list[float]]              # BT loss per seed
-    shares: dict[str, float]               # realised correlations of the training pool
-    n_states: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)
-    d_model: int = 0
 
 
 @dataclass
@@ -117,6 +103,25 @@ class ProbePool:
             return diff_of_means_probe(a[idx], b[idx])
         corr = probe("correctness")
         return {b: clean_probe(probe(b), corr) if clean else probe(b) for b in biases}
+
+
+@dataclass
+class Run:
+    """Everything the page shows."""
+
+    cfg: Config
+    per_seed: pd.DataFrame                 # one row per (seed, arm): every metric
+    probe_curve: pd.DataFrame              # one row per (seed, n_probe)
+    bon: pd.DataFrame                      # one row per (seed, arm)
+    curves: list[list[float]]              # BT loss per seed
+    shares: dict[str, float]               # realised correlations of the training pool
+    n_states: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    d_model: int = 0
+    heads: list[RewardHead] = field(default_factory=list)      # per seed
+    probes: list[dict[str, np.ndarray]] = field(default_factory=list)  # per seed, cleaned
+    eval_set: EvalSet | None = None
+    probe_pool: ProbePool | None = None
 
 
 def basis_of(probes: dict[str, np.ndarray], names: tuple[str, ...]) -> np.ndarray:
@@ -167,8 +172,8 @@ def run_experiment(cfg: Config, seeds: list[int]) -> Run:
     """Train one RM per seed, probe, shape and measure every arm [reconstruction of §4]."""
     t0 = time.perf_counter()
     set_seed(seeds[0])
-    sub = load_substrate(cfg.substrate)
-    rm = reward_model(sub.path)
+    sub = load_substrate(cfg.substrate, model_name=cfg.model_name)
+    rm = reward_model(cfg.model_name or sub.path)
     cache = StateCache(rm.model, sub.tokenizer)
     pool = make_preferences(cfg.n_pool, DATA_SEED)
     hc, hr = cache(pool.chosen), cache(pool.rejected)
@@ -177,7 +182,7 @@ def run_experiment(cfg: Config, seeds: list[int]) -> Run:
     bon_t, bon_f, bon_c = bon_candidates(sub, cfg.bon_prompts, cfg.bon_n, cfg.bon_temperature, BON_SEED)
     bon_h = np.stack([cache(row) for row in bon_t])
     t_feat = time.perf_counter() - t0
-    rows, curve_rows, bon_rows, curves = [], [], [], []
+    rows, curve_rows, bon_rows, curves, heads, all_probes = [], [], [], [], [], []
     for s in progress(seeds, desc="seeds"):
         set_seed(s)
         rng = np.random.default_rng(s)
@@ -185,7 +190,9 @@ def run_experiment(cfg: Config, seeds: list[int]) -> Run:
         fit = train_bt(hc[idx], hr[idx], hidden=cfg.hidden, steps=cfg.steps, lr=cfg.lr,
                        weight_decay=cfg.weight_decay, seed=s)
         curves.append(fit.losses)
+        heads.append(fit.head)
         probes = pool_p.directions(cfg.n_probe, np.random.default_rng([s, 1]))
+        all_probes.append(probes)
         raw_probes = pool_p.directions(cfg.n_probe, np.random.default_rng([s, 1]), clean=False, biases=LOW)
         arms = {"raw": Shaper(fit.head),
                 "shaped (low)": Shaper(fit.head, basis_of(probes, LOW), cfg.alpha),
@@ -203,4 +210,4 @@ def run_experiment(cfg: Config, seeds: list[int]) -> Run:
                                "low_strength": float(np.mean([m[f"strength/{b}"] for b in LOW]))})
     secs = {"features": t_feat, "total": time.perf_counter() - t0}
     return Run(cfg, pd.DataFrame(rows), pd.DataFrame(curve_rows), pd.DataFrame(bon_rows), curves,
-               pool.shares, len(cache), secs, rm.config.hidden_size)
+               pool.shares, len(cache), secs, rm.config.hidden_size, heads, all_probes, ev, pool_p)

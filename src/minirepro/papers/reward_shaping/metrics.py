@@ -13,6 +13,7 @@ import numpy as np
 
 from minirepro.papers.reward_shaping.data import (
     BIASES,
+    PLANTED_SIGN,
     Question,
     Response,
     contrast_pairs,
@@ -95,7 +96,8 @@ class EvalSet:
         """All metrics of ``reward`` (a function ``(n, d) states -> (n,) rewards``).
 
         Keys: ``rate/<bias>`` (share preferring the biased text; 0.5 neutral) and
-        ``strength/<bias>`` (``|rate - 0.5|``) for each bias and ``length_ood``;
+        ``strength/<bias>`` (``|rate - 0.5|``) and ``excess/<bias>`` (``rate - 0.5`` signed
+        so that the planted direction is positive) for each bias and ``length_ood``;
         ``pos_share/<letter>`` (share of questions whose top reward puts the
         correct answer at that letter; 0.25 uniform) and ``pos_spread``;
         ``rb_accuracy`` (chosen beats all three rejected); ``ideal_order``
@@ -108,6 +110,7 @@ class EvalSet:
         for k, (a, b) in self.contrast.items():
             rate = preference_rate(reward(a), reward(b))
             out[f"rate/{k}"], out[f"strength/{k}"] = rate, abs(rate - 0.5)
+            out[f"excess/{k}"] = PLANTED_SIGN[k] * (rate - 0.5)
         flat = lambda x: reward(x.reshape(-1, x.shape[-1])).reshape(x.shape[:2])  # noqa: E731
         top = np.argmax(flat(self.rot), axis=1)
         shares = np.bincount(top, minlength=4) / len(top)
