@@ -18,6 +18,7 @@ def plot_deviation(profile_k: np.ndarray, profile_v: np.ndarray, window: tuple[i
     vmax = float(np.nanmax([np.nanmax(profile_k), np.nanmax(profile_v)]))
     for ax, prof, name in zip(axes, (profile_k, profile_v), ("keys", "values")):
         im = ax.imshow(prof, aspect="auto", cmap="magma", vmin=0, vmax=vmax, interpolation="nearest")
+        ax.grid(False)
         ax.set_ylabel(f"layer ({name})")
         ax.set_yticks(range(prof.shape[0]))
         ax.axhspan(window[0] - 0.5, window[1] + 0.5, fill=False, ec="C2", lw=1.5, ls="--")
