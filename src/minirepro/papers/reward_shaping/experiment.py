@@ -56,8 +56,8 @@ class Config(ScaledConfig):
     bon_temperature: float = 1.0
 
     PRESETS: ClassVar = {
-        "smoke": {"n_pool": 400, "n_train": 300, "n_eval": 40, "n_probe": 32,
-                  "probe_sizes": (4, 16), "n_seeds": 1, "bon_prompts": 16, "bon_n": 4},
+        "smoke": {"n_pool": 200, "n_train": 150, "n_eval": 24, "n_probe": 16,
+                  "probe_sizes": (4, 16), "n_seeds": 1, "bon_prompts": 8, "bon_n": 4},
         "book": {},
         "full": {"n_pool": 4000, "n_train": 3000, "n_eval": 400, "probe_sizes": (2, 4, 8, 16, 32, 64, 128, 256),
                  "n_seeds": 10, "bon_prompts": 200, "bon_n": 16},
