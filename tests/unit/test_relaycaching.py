@@ -24,6 +24,7 @@ from minirepro.papers.relaycaching import (
     make_schedule,
     naive_schedule,
     prefill_flops,
+    random_tokens,
     relay_schedule,
     relay_tokens,
     rerotate,
@@ -181,6 +182,10 @@ def test_relay_tokens_budget_and_threshold_forms():
     brute = {j for j in range(30) if j in (0, 29) or mass[j] > 1.5 * mass.mean()
              or infl[j] > 1.45 * infl.mean()}
     assert set(th.tolist()) == brute
+    rnd = random_tokens(30, 0.2, 2, 2, seed=5)
+    assert rnd.numel() == 6 and {0, 1, 28, 29} <= set(rnd.tolist())
+    assert torch.equal(rnd, random_tokens(30, 0.2, 2, 2, seed=5))
+    assert random_tokens(30, 0.1, 2, 2).tolist() == [0, 1, 28]  # the budget caps the edges
 
 
 def test_deviation_share_window_and_kl_against_brute_force():

@@ -39,6 +39,7 @@ from minirepro.papers.relaycaching.select import (
     kv_deviation,
     layer0_probe,
     layer_window,
+    random_tokens,
     relay_schedule,
     relay_tokens,
 )
@@ -47,6 +48,6 @@ __all__ = [
     "ARMS", "BlendOutput", "Config", "RelayItem", "Results", "Schedule", "a_cache", "blended_prefill",
     "cacheblend_detect", "cacheblend_schedule", "check_cache_compatible", "full_prefill",
     "full_schedule", "inv_freq_of", "kv_deviation", "layer0_probe", "layer_window", "make_items",
-    "make_schedule", "naive_schedule", "plot_deviation", "plot_time", "plot_tradeoff", "prefill_flops", "probe_flops", "relay_schedule",
+    "make_schedule", "naive_schedule", "plot_deviation", "plot_time", "plot_tradeoff", "prefill_flops", "probe_flops", "random_tokens", "relay_schedule",
     "relay_tokens", "rerotate", "reuse_rate", "reused_kv", "run_experiment", "split_relay",
 ]

@@ -36,12 +36,13 @@ from minirepro.papers.relaycaching.select import (
     kv_deviation,
     layer0_probe,
     layer_window,
+    random_tokens,
     relay_schedule,
     relay_tokens,
 )
 
 ARMS: tuple[str, ...] = ("full prefill", "exact prefix", "naive reuse", "EPIC", "CacheBlend",
-                         "RelayCaching")
+                         "RelayCaching", "random tokens")
 
 
 @dataclass
@@ -182,7 +183,8 @@ def run_arms(model: PreTrainedModel, tok: PreTrainedTokenizerBase, prep: Prepare
         ex["prefix_share"] = lcp / item.n_b
         rows.append(ex)
         sched["naive reuse"] = (naive_schedule(n_layers, s), None, False)
-        budgets = {"EPIC": cfg.budget, "CacheBlend": cfg.cacheblend_ratio, "RelayCaching": cfg.budget}
+        budgets = {"EPIC": cfg.budget, "CacheBlend": cfg.cacheblend_ratio, "RelayCaching": cfg.budget,
+                   "random tokens": cfg.budget}
         ablate = True
     else:
         ablate = False
@@ -197,6 +199,10 @@ def run_arms(model: PreTrainedModel, tok: PreTrainedTokenizerBase, prep: Prepare
         toks = relay_tokens(pm, inf, n_boundary=cfg.n_boundary, n_suffix=cfg.n_suffix,
                             budget=budgets["RelayCaching"])
         sched["RelayCaching"] = (relay_schedule(n_layers, s, toks, top_layer), None, True)
+    if "random tokens" in budgets:
+        toks = random_tokens(s, budgets["random tokens"], cfg.n_boundary, cfg.n_suffix,
+                             seed=int(sum(item.s)) + 7919 * s)
+        sched["random tokens"] = (relay_schedule(n_layers, s, toks, top_layer), None, False)
     for name, (sc, det, probe) in sched.items():
         out = blended_prefill(model, item, reused, sc, det)
         rows.append(_score(name, ref, out.logits, item, tok, reuse_rate(out.schedule, s),
@@ -345,7 +351,7 @@ def run_experiment(cfg: Config, model: PreTrainedModel | None = None,
                 sweep_time.append({"item": i, **r})
         for b in cfg.sweep:
             for r in run_arms(model, tok, prep, cfg, window[1],
-                              {"EPIC": b, "CacheBlend": b, "RelayCaching": b}):
+                              {"EPIC": b, "CacheBlend": b, "RelayCaching": b, "random tokens": b}):
                 sweep_rows.append({"share": b, "item": i, **r})
     df = pd.DataFrame(rows)
     table = df.groupby(["seed", "arm"], sort=False).mean(numeric_only=True).reset_index()

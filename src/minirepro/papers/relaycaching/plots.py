@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from minirepro.core import color
 
-SELECTIVE = ("EPIC", "CacheBlend", "RelayCaching")
+SELECTIVE = ("EPIC", "CacheBlend", "RelayCaching", "random tokens")
 
 
 def plot_deviation(profile_k: np.ndarray, profile_v: np.ndarray, window: tuple[int, int]) -> Figure:

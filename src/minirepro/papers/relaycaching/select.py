@@ -103,6 +103,20 @@ def relay_tokens(prefix_mass: torch.Tensor, influence: torch.Tensor, tau_diff: f
     return torch.topk(score, min(k, s)).indices.sort().values if k else idx[:0]
 
 
+def random_tokens(s_len: int, budget: float, n_boundary: int = 2, n_suffix: int = 2,
+                  seed: int = 0) -> torch.Tensor:
+    """The control for the selector [ours]: the same edges and count as :func:`relay_tokens`, the rest drawn at random."""
+    if not 0 <= budget <= 1:
+        raise ValueError(f"budget must be in [0, 1], got {budget}")
+    idx = np.arange(s_len)
+    edge = (idx < n_boundary) | (idx >= s_len - n_suffix)
+    k = int(round(budget * s_len))
+    if k <= edge.sum():
+        return torch.as_tensor(idx[edge][:k], dtype=torch.long)
+    rest = np.random.default_rng(seed).permutation(idx[~edge])[:k - int(edge.sum())]
+    return torch.as_tensor(np.sort(np.concatenate([idx[edge], rest])), dtype=torch.long)
+
+
 def relay_schedule(n_layers: int, s_len: int, tokens: torch.Tensor, top_layer: int) -> Schedule:
     """RelayCaching's schedule: ``tokens`` pass layers ``0..top_layer`` (the window's top); the rest is reused.
 
