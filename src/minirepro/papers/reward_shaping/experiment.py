@@ -9,6 +9,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 import torch
+from transformers.utils import logging as hf_logging
 
 from minirepro.core import progress, set_seed
 from minirepro.core.lm import load_substrate, reward_model
@@ -173,7 +174,12 @@ def run_experiment(cfg: Config, seeds: list[int]) -> Run:
     t0 = time.perf_counter()
     set_seed(seeds[0])
     sub = load_substrate(cfg.substrate, model_name=cfg.model_name)
-    rm = reward_model(cfg.model_name or sub.path)
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()   # the report that the new score head is untrained (it is meant to be)
+    try:
+        rm = reward_model(cfg.model_name or sub.path)
+    finally:
+        hf_logging.set_verbosity(level)
     cache = StateCache(rm.model, sub.tokenizer)
     pool = make_preferences(cfg.n_pool, DATA_SEED)
     hc, hr = cache(pool.chosen), cache(pool.rejected)

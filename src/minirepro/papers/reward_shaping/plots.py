@@ -6,9 +6,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from minirepro.core import color
+from minirepro.core.plotting import PALETTE
 from minirepro.papers.reward_shaping.data import BIASES
 
+ARM_COLOR = {"raw": PALETTE[1], "shaped (low)": PALETTE[0], "shaped (all)": PALETTE[5],
+             "uncleaned (low)": PALETTE[3], "shaped (low + style)": PALETTE[2]}
 ARM_LABEL = {"raw": "raw RM", "shaped (low)": "shaped: length, position, hedge",
              "shaped (all)": "shaped: all six probes", "uncleaned (low)": "uncleaned probes (ablation)",
              "shaped (low + style)": "shaped: + style added later"}
@@ -26,7 +28,7 @@ def plot_bias_rates(per_seed: pd.DataFrame, arms: tuple[str, ...] = ("raw", "sha
         vals = np.array([[sub[f"rate/{b}"].mean(), sub[f"rate/{b}"].min(), sub[f"rate/{b}"].max()]
                          for b in biases])
         xs = x + (i - (len(arms) - 1) / 2) * width
-        c = color(ARM_LABEL[arm])
+        c = ARM_COLOR[arm]
         ax.bar(xs, vals[:, 0] - 0.5, width, bottom=0.5, color=c, label=ARM_LABEL[arm])
         ax.errorbar(xs, vals[:, 0], yerr=[vals[:, 0] - vals[:, 1], vals[:, 2] - vals[:, 0]],
                     fmt="none", ecolor="0.2", lw=1, capsize=2)
@@ -46,11 +48,11 @@ def plot_probe_curve(curve: pd.DataFrame, raw: pd.DataFrame):
     for ax, col, label in ((axes[0], "low_strength", "bias strength |rate - 0.5|"),
                            (axes[1], "rb_accuracy", "RewardBench-style accuracy")):
         m, lo, hi = g[col].mean(), g[col].min(), g[col].max()
-        ax.fill_between(m.index, lo, hi, color=color("shaped"), alpha=0.25, lw=0)
-        ax.plot(m.index, m.values, "o-", color=color("shaped"), label="shaped")
+        ax.fill_between(m.index, lo, hi, color=ARM_COLOR["shaped (low)"], alpha=0.2, lw=0)
+        ax.plot(m.index, m.values, "o-", color=ARM_COLOR["shaped (low)"], label="shaped")
         ref = (raw[[f"strength/{b}" for b in ("length", "position", "hedge")]].mean(axis=1).mean()
                if col == "low_strength" else raw[col].mean())
-        ax.axhline(ref, color=color("raw RM"), ls="--", label="raw RM")
+        ax.axhline(ref, color=ARM_COLOR["raw"], ls="--", label="raw RM")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("contrast pairs per bias")
         ax.set_ylabel(label)
@@ -68,7 +70,7 @@ def plot_position(per_seed: pd.DataFrame, arms: tuple[str, ...] = ("raw", "shape
     for i, arm in enumerate(arms):
         sub = per_seed[per_seed.arm == arm]
         vals = [sub[f"pos_share/{c}"].mean() for c in "ABCD"]
-        ax.bar(x + (i - (len(arms) - 1) / 2) * width, vals, width, color=color(ARM_LABEL[arm]),
+        ax.bar(x + (i - (len(arms) - 1) / 2) * width, vals, width, color=ARM_COLOR[arm],
                label=ARM_LABEL[arm])
     ax.axhline(0.25, color="0.3", ls="--", lw=1, label="uniform")
     ax.set_xticks(x, list("ABCD"))
@@ -84,11 +86,11 @@ def plot_bon(bon: pd.DataFrame):
     fig, ax = plt.subplots(figsize=(7.0, 2.8))
     for i, arm in enumerate(("raw", "shaped (low)")):
         v = bon[bon.arm == arm]["drift"].to_numpy()
-        ax.scatter(v, np.full(v.size, i) + np.linspace(-0.08, 0.08, v.size), color=color(ARM_LABEL[arm]),
+        ax.scatter(v, np.full(v.size, i) + np.linspace(-0.08, 0.08, v.size), color=ARM_COLOR[arm],
                    s=30, zorder=3)
-        ax.plot([v.mean()] * 2, [i - 0.25, i + 0.25], color=color(ARM_LABEL[arm]), lw=2.5)
+        ax.plot([v.mean()] * 2, [i - 0.25, i + 0.25], color=ARM_COLOR[arm], lw=2.5)
     ax.axvline(0, color="0.3", ls="--", lw=1)
-    ax.set_yticks([0, 1], ["raw RM", "shaped RM"])
+    ax.set_yticks([0, 1], ["raw RM", "shaped RM\n(3 probes)"])
     ax.set_ylim(-0.6, 1.6)
     ax.set_xlabel("drift of the pick: filler words above the candidates' mean")
     fig.tight_layout()
@@ -99,7 +101,7 @@ def plot_loss_curves(curves: list[list[float]]):
     """Bradley-Terry training loss per seed (nats per pair)."""
     fig, ax = plt.subplots(figsize=(7.0, 2.8))
     for c in curves:
-        ax.plot(np.arange(1, len(c) + 1), c, color=color("raw RM"), alpha=0.6, lw=1)
+        ax.plot(np.arange(1, len(c) + 1), c, color=ARM_COLOR["raw"], alpha=0.6, lw=1)
     ax.set_xlabel("full-batch Adam step")
     ax.set_ylabel("BT loss (nats / pair)")
     fig.tight_layout()
