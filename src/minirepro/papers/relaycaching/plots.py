@@ -36,7 +36,8 @@ def plot_tradeoff(sweep: pd.DataFrame, rows: pd.DataFrame) -> Figure:
                             ("next-token KL to full prefill (nats)", "top-1 agreement with full prefill")):
         for arm in SELECTIVE:
             g = sweep[sweep.arm == arm].groupby("share").mean(numeric_only=True).sort_values("reuse")
-            ax.plot(g["reuse"], g[col], "o-", color=color(arm), label=arm)
+            style = "o--" if arm == "random tokens" else "o-"
+            ax.plot(g["reuse"], g[col], style, color=color(arm), label=arm)
         for arm, mk in (("naive reuse", "s"), ("full prefill", "D")):
             g = rows[rows.arm == arm][["reuse", col]].mean()
             ax.plot([g["reuse"]], [g[col]], mk, color=color(arm), ms=8, label=arm)
