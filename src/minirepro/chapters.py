@@ -12,12 +12,25 @@ A chapter is a folder ``notebooks/NN-slug/`` whose main notebook is
 
 Each parameter's type comes from its literal default (or its annotation when the
 default is ``None``); ``{a, b, c}`` at the end of its comment lists the allowed
-values.
+values, and ``[lo, hi]`` (numbers, ``inf`` or ``-inf``; before any ``{...}``)
+the allowed range of a number (of each number of a list), bounds included (on a
+``str`` or ``bool`` parameter such an ending is just text)::
+
+    lr = 0.1  # step size [0, 1]
+    n_seeds: int | None = None  # seeds per arm (None: the preset) [1, 100]
+
+Some constraints hold for every chapter, whatever the comment says: a seed (a
+parameter named ``seed`` or ``*_seed``) is an int in ``[0, 2**32 - 1]``, a float
+is finite (no ``nan``, no ``inf``), and a path parameter (a ``str`` parameter whose
+name ends in ``_csv``, ``_path``, ``_dir`` or ``_file``) given a value is resolved
+against the caller's working directory and must exist (a ``_dir`` a folder, the
+others a file). Error messages cut echoed values to about 40 characters.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -32,6 +45,32 @@ class ChapterError(ValueError):
     """An unknown chapter, an unknown parameter or a value of the wrong type."""
 
 
+SEED_RANGE = (0, 2**32 - 1)  # what numpy's and torch's seeding accept
+PATH_SUFFIXES = ("_csv", "_path", "_dir", "_file")
+SHOW_CHARS = 40  # at most this many characters of a bad value are echoed
+
+
+def show(value: Any, limit: int = SHOW_CHARS) -> str:
+    """``repr(value)`` cut to about ``limit`` characters (a hostile value may be huge)."""
+    size = len(value) if isinstance(value, str) else None
+    if size is not None and size > 4 * limit:
+        value = value[:4 * limit]  # the repr of a huge string is never built
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 16 * limit:
+        return f"<an int of {value.bit_length()} bits>"
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 3]}... ({size if size is not None else len(text)} characters)"
+
+
+def is_seed_name(name: str) -> bool:
+    return name == "seed" or name.endswith("_seed")
+
+
+def _fmt_bound(x: float) -> str:
+    return str(int(x)) if isinstance(x, int) or (math.isfinite(x) and float(x).is_integer()) else str(x)
+
+
 @dataclass(frozen=True)
 class Parameter:
     """One parameter of a chapter's ``parameters`` cell."""
@@ -42,10 +81,29 @@ class Parameter:
     optional: bool = False  # None is allowed
     comment: str = ""
     choices: tuple[str, ...] | None = None
+    lo: float | None = None  # the allowed range of a number, from a ``[lo, hi]`` comment marker
+    hi: float | None = None
+
+    @property
+    def is_path(self) -> bool:
+        """A ``str`` parameter named ``*_csv``, ``*_path``, ``*_dir`` or ``*_file``."""
+        return self.type == "str" and self.name.endswith(PATH_SUFFIXES)
+
+    def bounds(self) -> tuple[float, float] | None:
+        """The allowed ``(lo, hi)`` of a number (the seed range for a seed), else ``None``."""
+        lo = -math.inf if self.lo is None else self.lo
+        hi = math.inf if self.hi is None else self.hi
+        if is_seed_name(self.name) and self.type in ("int", "list[int]"):
+            lo, hi = max(lo, SEED_RANGE[0]), min(hi, SEED_RANGE[1])
+        if lo == -math.inf and hi == math.inf:
+            return None
+        return lo, hi
 
     def describe(self) -> str:
         kind = self.type + (" | None" if self.optional else "")
         extra = f" one of {{{', '.join(self.choices)}}}" if self.choices else ""
+        if self.lo is not None or self.hi is not None:
+            extra += f" in [{_fmt_bound(self.lo)}, {_fmt_bound(self.hi)}]"
         return f"{self.name} ({kind}{extra}) = {self.default!r}"
 
     def coerce(self, value: Any) -> Any:
@@ -56,15 +114,47 @@ class Parameter:
             raise ChapterError(f"parameter {self.name!r} cannot be None; expected {self.type}")
         try:
             out = _coerce(self.type, value)
-        except (TypeError, ValueError) as exc:
-            raise ChapterError(f"parameter {self.name!r} expects {self.type}, got {value!r}") from exc
+        except (TypeError, ValueError, SyntaxError, RecursionError, MemoryError) as exc:
+            raise ChapterError(f"parameter {self.name!r} expects {self.type}, got {show(value)}") from exc
+        items = out if isinstance(out, list) else [out]
         if self.choices is not None:
-            items = out if isinstance(out, list) else [out]
             bad = [v for v in items if str(v) not in self.choices]
             if bad:
                 raise ChapterError(f"parameter {self.name!r} must be one of "
-                                   f"{', '.join(self.choices)}; got {bad[0]!r}")
+                                   f"{', '.join(self.choices)}; got {show(bad[0])}")
+        if self.type in ("float", "list[float]"):
+            bad = [v for v in items if not math.isfinite(v)]
+            if bad:
+                raise ChapterError(f"parameter {self.name!r} must be a finite number; got {show(bad[0])}")
+        bounds = self.bounds()
+        if bounds is not None and self.type in ("int", "float", "list[int]", "list[float]"):
+            lo, hi = bounds
+            bad = [v for v in items if not lo <= v <= hi]
+            if bad:
+                what = "a seed" if is_seed_name(self.name) else "a value"
+                raise ChapterError(f"parameter {self.name!r} must be {what} in "
+                                   f"[{_fmt_bound(lo)}, {_fmt_bound(hi)}]; got {show(bad[0])}")
         return out
+
+    def resolve_path(self, value: str, cwd: Path | None = None) -> str:
+        """A path parameter's value made absolute against ``cwd`` (default: the working
+        directory) and checked to exist: a folder for ``*_dir``, else a file."""
+        base = Path(cwd) if cwd is not None else Path.cwd()
+        try:
+            path = (base / Path(value).expanduser()).resolve()
+            kind_ok = path.is_dir() if self.name.endswith("_dir") else path.is_file()
+            exists = path.exists()
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise ChapterError(f"parameter {self.name!r}: cannot use the path {show(value)} "
+                               f"({type(exc).__name__})") from exc
+        want = "folder" if self.name.endswith("_dir") else "file"
+        if not exists:
+            raise ChapterError(f"parameter {self.name!r}: no such {want} {show(value)} "
+                               f"(looked for {show(str(path), 80)})")
+        if not kind_ok:
+            raise ChapterError(f"parameter {self.name!r}: {show(value)} is not a {want} "
+                               f"(resolved to {show(str(path), 80)})")
+        return str(path)
 
 
 _BOOL = {"true": True, "1": True, "yes": True, "on": True,
@@ -125,18 +215,25 @@ class Chapter:
     title: str
     parameters: dict[str, Parameter] = field(default_factory=dict)
 
-    def validate(self, params: dict[str, Any] | None) -> dict[str, Any]:
-        """Check names and types of ``params``; return them converted.
+    def validate(self, params: dict[str, Any] | None, cwd: Path | None = None) -> dict[str, Any]:
+        """Check names, types and ranges of ``params``; return them converted.
+
+        A path parameter's value is made absolute against ``cwd`` (default: the
+        working directory) and must exist (see :meth:`Parameter.resolve_path`).
 
         Raises:
-            ChapterError: a name that is not a parameter, or a value of the wrong type.
+            ChapterError: a name that is not a parameter, a value of the wrong type,
+                out of range, or a path that does not exist.
         """
         out: dict[str, Any] = {}
         for key, value in (params or {}).items():
             if key not in self.parameters:
-                raise ChapterError(f"chapter {self.name!r} has no parameter {key!r}; "
+                raise ChapterError(f"chapter {self.name!r} has no parameter {show(key)}; "
                                    f"its parameters: {', '.join(self.parameters)}")
-            out[key] = self.parameters[key].coerce(value)
+            par = self.parameters[key]
+            out[key] = par.coerce(value)
+            if par.is_path and out[key] is not None:
+                out[key] = par.resolve_path(out[key], cwd)
         return out
 
 
@@ -207,6 +304,10 @@ def parse_parameters(source: str, where: str = "parameters cell") -> dict[str, P
         m = re.search(r"\{([^{}]+)\}\s*$", comment)
         if m:
             choices = tuple(c.strip() for c in m.group(1).split(",") if c.strip())
+        lo = hi = None
+        r = _RANGE.search(comment)
+        if r:
+            lo, hi = _bound(r.group(1)), _bound(r.group(2))
         if name == "scale":
             default = os.environ.get("MINIREPRO_SCALE", "book")
             out[name] = Parameter(name, default, "str", False, comment, tuple(SCALES))
@@ -224,8 +325,28 @@ def parse_parameters(source: str, where: str = "parameters cell") -> dict[str, P
             kind, optional = _type_of(default), False
         if isinstance(default, tuple):
             default = list(default)
-        out[name] = Parameter(name, default, kind, optional, comment, choices)
+        if kind not in ("int", "float", "list[int]", "list[float]"):
+            lo = hi = None  # a `[x, y]` ending a str or bool's comment is just text
+        if lo is not None and lo > hi:
+            raise ChapterError(f"{where}: the range of {name!r} is empty: [{r.group(1)}, {r.group(2)}]")
+        par = Parameter(name, default, kind, optional, comment, choices,
+                        None if lo == -math.inf else lo, None if hi == math.inf else hi)
+        if default is not None:
+            try:
+                par.coerce(default)
+            except ChapterError as exc:
+                raise ChapterError(f"{where}: the default of {name!r} is refused: {exc}") from exc
+        out[name] = par
     return out
+
+
+_NUM = r"-?inf|[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_RANGE = re.compile(rf"\[\s*({_NUM})\s*,\s*({_NUM})\s*\]\s*(?:\{{[^{{}}]*\}}\s*)?$")
+
+
+def _bound(text: str) -> float:
+    value = float(text)
+    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
 
 
 def _parameters_source(path: Path) -> str:
