@@ -1,18 +1,24 @@
 """The ``minirepro`` command: list, run, sweep, claims, goldens, book, artifacts, arena.
 
-Bad input (an unknown chapter, artifact, parameter, type or scale) prints one line naming
-the valid choices and exits with status 2, before anything is written.
+Bad input (an unknown chapter, artifact, parameter, type, scale, an out-of-range value,
+a missing path, ``--threads 0``, an unusable ``--runs-dir``, an unknown ``sweep --metric``)
+prints one line naming the valid choices and exits with status 2, before anything is
+written. An interrupt (Ctrl-C, SIGTERM, SIGHUP) stops the run's processes, marks the run
+FAILED and exits with 128 + the signal's number (130 for Ctrl-C); a closed output pipe
+(``minirepro list | head``) ends quietly with 141, as a process killed by SIGPIPE would.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from minirepro.chapters import ChapterError, discover, get
+from minirepro.chapters import ChapterError, discover, get, show
 from minirepro.core.scale import SCALES
 
 
@@ -32,7 +38,7 @@ def _parse_pairs(pairs: list[list[str]] | None, chapter_name: str, single: bool)
     for item in pairs or []:
         name, values = item[0], item[1:]
         if name not in chapter.parameters:
-            raise ChapterError(f"chapter {chapter.name!r} has no parameter {name!r}; "
+            raise ChapterError(f"chapter {chapter.name!r} has no parameter {show(name)}; "
                                f"its parameters: {', '.join(chapter.parameters)}")
         if not values:
             raise ChapterError(f"-p {name} needs a value")
@@ -53,7 +59,8 @@ def _cmd_list(args) -> int:
         print(json.dumps([{"name": c.name, "folder": c.slug, "title": c.title,
                            "parameters": {k: {"type": p.type, "default": p.default,
                                               "optional": p.optional, "choices": p.choices,
-                                              "help": p.comment}
+                                              "range": list(p.bounds()) if p.bounds() else None,
+                                              "path": p.is_path, "help": p.comment}
                                           for k, p in c.parameters.items()}}
                           for c in chapters], indent=2, default=str))
         return 0
@@ -65,10 +72,13 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from minirepro.runner import RunFailed, run_chapter
+    from minirepro.runner import RunFailed, check_runs_dir, check_threads, run_chapter
 
     params = _parse_pairs(args.p, args.chapter, single=True)
     get(args.chapter).validate({**params, **({"scale": args.scale} if args.scale else {})})
+    check_threads(args.threads)
+    if args.runs_dir:
+        check_runs_dir(Path(args.runs_dir))
     try:
         run = run_chapter(args.chapter, params, scale=args.scale,
                           runs_dir=Path(args.runs_dir) if args.runs_dir else None,
@@ -94,6 +104,7 @@ def _cmd_sweep(args) -> int:
     grid = _parse_pairs(args.p, args.chapter, single=False)
     if not grid:
         return _fail("sweep needs at least one -p NAME VALUE [VALUE ...]")
+    # every value, -j, --timeout, --runs-dir and --metric are checked by sweep() before any run
     folder = sweep(args.chapter, grid, jobs=args.jobs, scale=args.scale, backend=args.backend,
                    runs_dir=Path(args.runs_dir) if args.runs_dir else None, metric=args.metric,
                    scheduler=args.scheduler, timeout=args.timeout)
@@ -311,11 +322,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_arena(args) -> int:
+    import sqlite3
+
     try:
         from minirepro.papers.spreadsheet_arena.cli import main as arena_main
     except ImportError as exc:
         return _fail(f"the arena is not available: {exc}")
-    return int(arena_main(list(args.rest)) or 0)
+    try:
+        return int(arena_main(list(args.rest)) or 0)
+    except sqlite3.Error as exc:  # e.g. an unwritable --db: one line, not a traceback
+        return _fail(f"arena: the vote database cannot be used: {exc}")
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        return _fail(f"arena: {exc.strerror or exc}" + (f": {show(exc.filename, 80)}" if exc.filename else ""))
 
 
 def _cmd_conservationbench(args) -> int:
@@ -324,9 +344,7 @@ def _cmd_conservationbench(args) -> int:
     return int(bench_main(list(args.rest)) or 0)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``minirepro`` console script."""
-    argv = list(argv) if argv is not None else sys.argv[1:]
+def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["arena"]:  # the arena parses its own options (--help included)
         return _cmd_arena(argparse.Namespace(rest=argv[1:]))
     if argv[:1] == ["conservationbench"]:  # parses its own options (--help included)
@@ -338,6 +356,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except ValueError as exc:
         return _fail(str(exc))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``minirepro`` console script."""
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    try:
+        status = _dispatch(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:  # `minirepro list | head`: the reader has gone; end quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP during a run (runner.Interrupted)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        folder = getattr(exc, "folder", None)
+        print(f"minirepro: interrupted ({signal.Signals(signum).name})" +
+              (f"; the unfinished run is marked FAILED in {folder}" if folder else ""),
+              file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":

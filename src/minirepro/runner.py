@@ -7,6 +7,13 @@ renamed to ``runs/<chapter>/<run-id>/``; a failed run is renamed to
 ``runs/<chapter>/<run-id>-FAILED/`` holding ``<chapter>-FAILED.ipynb`` (the
 partial notebook) and ``error.txt``. So a folder without ``-FAILED`` and with
 ``results.json`` is always a finished run.
+
+Every value is checked before anything is written (names, types, ranges, path
+parameters, ``threads``, the runs folder). While a run executes, SIGTERM and
+SIGHUP are handled like SIGINT: the notebook's process tree (papermill, the
+kernel and whatever the kernel started) is stopped, the run is marked FAILED with
+``error.txt`` saying which signal interrupted it, and :class:`Interrupted` (a
+``KeyboardInterrupt``) is raised.
 """
 
 from __future__ import annotations
@@ -17,19 +24,24 @@ import io
 import itertools
 import json
 import os
+import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from minirepro.chapters import Chapter, ChapterError, get, repo_root
+from minirepro.chapters import Chapter, ChapterError, get, repo_root, show
 from minirepro.core.scale import SCALES
 
 CELL_TIMEOUT = 600  # seconds a cell may take under `minirepro run`
@@ -41,6 +53,99 @@ class RunFailed(RuntimeError):
     def __init__(self, message: str, folder: Path):
         super().__init__(message)
         self.folder = folder
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by a signal (SIGINT, SIGTERM or SIGHUP); ``.signum`` says which."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+    @property
+    def signame(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """Inside: SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (in the main thread;
+    a signal that is ignored, as ``nohup`` ignores SIGHUP, stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {}
+    for sig in _STOP_SIGNALS:
+        current = signal.getsignal(sig)
+        if current in (signal.SIG_DFL, signal.default_int_handler):
+            old[sig] = signal.signal(sig, _raise_interrupted)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """Inside: the stop signals are ignored (cleanup after an interrupt is not interrupted)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def stop_process_tree(pid: int, timeout: float = 10.0) -> None:
+    """Stop process ``pid`` and all its descendants, for sure.
+
+    The tree is frozen first (SIGSTOP, repeated until no new descendant appears),
+    so nothing can fork away, then every process is killed (SIGKILL). The kernel
+    papermill starts is in its own session, so killing a process group would miss it.
+    """
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    seen: dict[int, psutil.Process] = {}
+    for _ in range(20):
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            procs = []
+        for q in seen.values():  # the descendants of the already-frozen ones too
+            try:
+                procs += q.children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        new = [q for q in procs if q.pid not in seen]
+        if not new:
+            break
+        for q in new:
+            seen[q.pid] = q
+            try:
+                q.suspend()
+            except psutil.NoSuchProcess:
+                pass
+    for q in seen.values():
+        try:
+            q.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(list(seen.values()), timeout=timeout)
 
 
 @dataclass(frozen=True)
@@ -68,10 +173,62 @@ def _params_hash(params: dict[str, Any]) -> str:
     return hashlib.sha1(blob).hexdigest()[:6]
 
 
+_RUN_COUNTER = itertools.count()
+
+
 def make_run_id(params: dict[str, Any]) -> str:
-    """``YYYYmmdd-HHMMSS-<6 hex of the parameters>-<pid>``: sortable and unique."""
+    """``YYYYmmdd-HHMMSS-<6 hex of the parameters>-<pid><counter>-<4 random hex>``.
+
+    Sortable by time, and unique: the counter separates the calls of one process,
+    the process id (and the random bits) separate processes and hosts.
+    """
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{_params_hash(params)}-{os.getpid() % 10000:04d}{time.perf_counter_ns() % 100:02d}"
+    return (f"{stamp}-{_params_hash(params)}-{os.getpid() % 10000:04d}"
+            f"{next(_RUN_COUNTER):04d}-{secrets.token_hex(2)}")
+
+
+MAX_THREADS = 1024
+
+
+def check_threads(threads: int | None) -> None:
+    """``threads`` is ``None`` or an int in [1, MAX_THREADS]."""
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise ChapterError(f"--threads must be an int in [1, {MAX_THREADS}]; got {show(threads)}")
+
+
+def check_runs_dir(path: Path) -> Path:
+    """Check, writing nothing, that the runs folder ``path`` can be created and written to.
+
+    Returns it absolute. Raises :class:`ChapterError` (one line) if a part of it is a
+    file, or the nearest existing folder is not writable.
+    """
+    try:
+        path = Path(path).expanduser().absolute()
+        probe = path
+        while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+            probe = probe.parent
+        if not probe.is_dir():
+            raise ChapterError(f"runs folder {show(str(path), 80)} cannot be made: "
+                               f"{show(str(probe), 80)} is not a folder")
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise ChapterError(f"runs folder {show(str(path), 80)} is not writable "
+                               f"({show(str(probe), 80)} is read-only to this user)")
+    except OSError as exc:
+        raise ChapterError(f"runs folder {show(str(path), 80)} cannot be used: "
+                           f"{exc.strerror or type(exc).__name__}") from exc
+    return path
+
+
+def _make_runs_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise ChapterError(f"runs folder {show(str(path), 80)} cannot be made or written: "
+                           f"{exc.strerror or type(exc).__name__}") from exc
 
 
 def kernel_env(extra: dict[str, str]) -> dict[str, str]:
@@ -91,7 +248,17 @@ def execute(ipynb: Path, output: Path, params: dict[str, Any], env: dict[str, st
            "-k", "python3", "--cwd", str(cwd), "--no-progress-bar", "--execution-timeout",
            str(timeout), "--log-level", "ERROR"]
     with open(log or os.devnull, "w", encoding="utf-8") as fh:
-        proc = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False)
+        # A session of its own: a Ctrl-C in the terminal reaches this process only, which
+        # then stops the whole tree (papermill, the kernel, the kernel's children).
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait()
+        except BaseException:
+            with _signals_ignored():
+                stop_process_tree(proc.pid)
+                proc.wait()
+            raise
     pfile.unlink(missing_ok=True)
     if proc.returncode != 0:
         tail = ""
@@ -115,8 +282,11 @@ def run_chapter(name: str, params: dict[str, Any] | None = None, scale: str | No
         quiet_bars: set ``TQDM_DISABLE=1`` in the kernel.
 
     Raises:
-        ChapterError: unknown chapter, parameter or value (nothing is written).
+        ChapterError: unknown chapter, parameter or value, out-of-range value, missing
+            path, bad ``threads`` or an unusable runs folder (nothing is written).
         RunFailed: the notebook raised; the partial notebook is kept and named.
+        Interrupted: SIGINT, SIGTERM or SIGHUP (a ``KeyboardInterrupt``): the process
+            tree was stopped and the run marked ``-FAILED``, ``error.txt`` saying so.
     """
     root = (root or repo_root()).resolve()
     chapter = get(name, root)
@@ -129,14 +299,63 @@ def run_chapter(name: str, params: dict[str, Any] | None = None, scale: str | No
     if "scale" in chapter.parameters:
         params.setdefault("scale", os.environ.get("MINIREPRO_SCALE", "book"))
         if params["scale"] not in SCALES:
-            raise ChapterError(f"unknown scale {params['scale']!r}; expected one of {', '.join(SCALES)}")
+            raise ChapterError(f"unknown scale {show(params['scale'])}; expected one of {', '.join(SCALES)}")
+    check_threads(threads)
     full_params = {k: p.default for k, p in chapter.parameters.items()}
     full_params.update(params)
 
-    runs_dir = (runs_dir or root / "runs").resolve() / chapter.name
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    run_id = make_run_id(full_params)
-    stage = Path(tempfile.mkdtemp(prefix=f".incomplete-{run_id}-", dir=runs_dir))
+    runs_dir = check_runs_dir(runs_dir or root / "runs").resolve() / chapter.name
+    with stop_signals_raise():
+        _make_runs_dir(runs_dir)
+        run_id = make_run_id(full_params)
+        stage = Path(tempfile.mkdtemp(prefix=f".incomplete-{run_id}-", dir=runs_dir))
+        t0 = time.perf_counter()
+        output = stage / f"{chapter.name}.ipynb"
+        try:
+            return _run_in(stage, chapter, params, full_params, run_id, runs_dir, root,
+                           threads, quiet_bars)
+        except BaseException as exc:
+            with _signals_ignored():
+                failed = _mark_failed(stage, output, chapter, run_id, runs_dir, exc,
+                                      time.perf_counter() - t0)
+            if isinstance(exc, KeyboardInterrupt):
+                exc.folder = failed  # for the caller's one-line message
+            if isinstance(exc, RuntimeError) and not isinstance(exc, RunFailed):
+                raise RunFailed(f"chapter {chapter.name!r} failed: {exc}; partial notebook in "
+                                f"{failed / (chapter.name + '-FAILED.ipynb')}", failed) from exc
+            raise
+
+
+def _mark_failed(stage: Path, output: Path, chapter: Chapter, run_id: str, runs_dir: Path,
+                 exc: BaseException, seconds: float) -> Path:
+    """Rename the staging folder to ``<run-id>-FAILED`` with ``error.txt`` saying why."""
+    failed = runs_dir / f"{run_id}-FAILED"
+    if isinstance(exc, KeyboardInterrupt):
+        sig = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
+        what = {"SIGINT": "interrupted (SIGINT, Ctrl-C)", "SIGTERM": "terminated (SIGTERM)",
+                "SIGHUP": "hung up (SIGHUP)"}.get(sig, f"stopped by {sig}")
+        message = (f"{what} after {seconds:.1f} s: the run did not finish; papermill, the "
+                   f"kernel and its child processes were stopped")
+    elif isinstance(exc, RuntimeError):
+        message = str(exc) or type(exc).__name__
+    else:
+        message = f"{type(exc).__name__}: {exc}"
+    if not stage.exists():
+        return failed
+    try:
+        if output.exists():
+            output.rename(stage / f"{chapter.name}-FAILED.ipynb")
+        (stage / "results.json").unlink(missing_ok=True)
+        (stage / "error.txt").write_text(f"{message}\n", encoding="utf-8")
+        (stage / ".source.ipynb").unlink(missing_ok=True)
+        stage.rename(failed)
+    except OSError:  # the disk is full or gone: leave the staging folder (never looks finished)
+        return stage
+    return failed
+
+
+def _run_in(stage: Path, chapter: Chapter, params: dict[str, Any], full_params: dict[str, Any],
+            run_id: str, runs_dir: Path, root: Path, threads: int | None, quiet_bars: bool) -> Run:
     stage.chmod(0o755)
     ipynb = to_ipynb(chapter, stage / ".source.ipynb")
     output = stage / f"{chapter.name}.ipynb"
@@ -150,19 +369,7 @@ def run_chapter(name: str, params: dict[str, Any] | None = None, scale: str | No
     if quiet_bars:
         extra["TQDM_DISABLE"] = "1"
     t0 = time.perf_counter()
-    try:
-        execute(ipynb, output, params, kernel_env(extra), cwd=stage, log=stage / "papermill.log")
-    except (RuntimeError, KeyboardInterrupt) as exc:
-        failed = runs_dir / f"{run_id}-FAILED"
-        if output.exists():
-            output.rename(stage / f"{chapter.name}-FAILED.ipynb")
-        (stage / "error.txt").write_text(f"{exc}\n", encoding="utf-8")
-        ipynb.unlink(missing_ok=True)
-        stage.rename(failed)
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise RunFailed(f"chapter {chapter.name!r} failed: {exc}; partial notebook in "
-                        f"{failed / (chapter.name + '-FAILED.ipynb')}", failed) from exc
+    execute(ipynb, output, params, kernel_env(extra), cwd=stage, log=stage / "papermill.log")
     seconds = time.perf_counter() - t0
     kernel_results = stage / ".kernel-results.json"
     recorded = json.loads(kernel_results.read_text()) if kernel_results.exists() else {}
@@ -234,19 +441,26 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
         if scale is not None:
             checked["scale"] = scale
         chapter.validate(checked)
-    grid = {k: [chapter.parameters[k].coerce(v) for v in vs] for k, vs in grid.items()}
+    # converted, path parameters made absolute (the runs may execute elsewhere)
+    grid = {k: [chapter.validate({k: v})[k] for v in vs] for k, vs in grid.items()}
     combos = expand_grid(grid)
-    if jobs < 1:
-        raise ChapterError(f"-j must be at least 1, got {jobs}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ChapterError(f"-j must be at least 1, got {show(jobs)}")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+        raise ChapterError(f"--timeout must be a positive number of seconds, got {show(timeout)}")
+    if metric is not None:
+        check_metric(chapter, metric, root)
     # Thread counts are left alone: a chapter gives the same numbers in a sweep as in a run.
     threads = None
-    base = (runs_dir or root / "runs").resolve() / chapter.name
-    if scheduler is not None:
-        rows = sweep_dask(chapter, combos, scale, scheduler, base, root, timeout=timeout)
-    else:
-        rows = Parallel(n_jobs=jobs, backend=backend)(
-            delayed(_sweep_one)(chapter.name, combo, scale, runs_dir, root, threads)
-            for combo in combos)
+    runs_dir = check_runs_dir(runs_dir) if runs_dir is not None else None
+    base = check_runs_dir(runs_dir or root / "runs").resolve() / chapter.name
+    with stop_signals_raise():  # SIGTERM/SIGHUP end the sweep like Ctrl-C
+        if scheduler is not None:
+            rows = sweep_dask(chapter, combos, scale, scheduler, base, root, timeout=timeout)
+        else:
+            rows = Parallel(n_jobs=jobs, backend=backend)(
+                delayed(_sweep_one)(chapter.name, combo, scale, runs_dir, root, threads)
+                for combo in combos)
     folder = base / f"sweep-{make_run_id({'grid': grid, 'scale': scale})}"
     folder.mkdir(parents=True)
     write_summary(folder, rows, list(grid), metric)
@@ -371,6 +585,48 @@ def sweep_dask(chapter: Chapter, combos: list[dict[str, Any]], scale: str | None
     return [r for r in rows if r is not None]
 
 
+def known_metrics(chapter: Chapter, root: Path | None = None) -> set[str] | None:
+    """The metric names the chapter is known to record, or ``None`` if nothing says.
+
+    They come from its smoke golden (``tests/goldens/<slug>.results.json``) and its
+    ledger entry (``book/claims/<slug>.json``, book scale): the names a chapter records
+    hardly depend on its parameters, but a few do depend on the scale, hence both.
+    """
+    root = (root or repo_root()).resolve()
+    names: set[str] = set()
+    found = False
+    for path in (root / "tests" / "goldens" / f"{chapter.slug}.results.json",
+                 root / "book" / "claims" / f"{chapter.slug}.json"):
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8")).get("metrics")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(recorded, dict):
+            found = True
+            names.update(recorded)
+    return names if found else None
+
+
+def check_metric(chapter: Chapter, metric: str, root: Path | None = None) -> None:
+    """Refuse ``sweep --metric`` before any run when the chapter is known not to record it.
+
+    Known means: in the chapter's golden or ledger entry (:func:`known_metrics`), or
+    written as a quoted literal in its notebook (a metric recorded only for some
+    parameter values). A chapter with neither golden nor ledger entry cannot be
+    checked in advance: then the sweep plots its first metric if ``metric`` is missing.
+    """
+    known = known_metrics(chapter, root)
+    if known is None or metric in known:
+        return
+    text = chapter.path.read_text(encoding="utf-8")
+    if f'"{metric}"' in text or f"'{metric}'" in text:
+        return
+    listed = sorted(known)
+    more = f" and {len(listed) - 10} more" if len(listed) > 10 else ""
+    raise ChapterError(f"chapter {chapter.name!r} records no metric {show(metric)}; it records "
+                       f"{', '.join(listed[:10]) or '(none)'}{more}")
+
+
 def write_summary(folder: Path, rows: list[dict[str, Any]], swept: list[str],
                   metric: str | None = None) -> None:
     """Write the sweep table (csv, md, json) and a plot of ``metric``."""
@@ -388,10 +644,12 @@ def write_summary(folder: Path, rows: list[dict[str, Any]], swept: list[str],
     shown = df.drop(columns=["folder"]).rename(columns=lambda c: c.split(":", 1)[-1])
     (folder / "summary.md").write_text(_markdown_table(shown) + "\n")
     numeric = [c for c in df.columns if c.startswith("metric:") and pd.api.types.is_numeric_dtype(df[c])]
+    if metric is not None and f"metric:{metric}" not in df.columns:  # not checkable in advance
+        print(f"minirepro: metric {show(metric)} was not recorded (recorded: "
+              f"{', '.join(c[7:] for c in numeric[:10]) or '(none)'}); plotting "
+              f"{numeric[0][7:] if numeric else 'nothing'}", file=sys.stderr)
+        metric = None
     if metric is not None:
-        if f"metric:{metric}" not in df.columns:
-            raise ChapterError(f"metric {metric!r} was not recorded; recorded: "
-                               f"{', '.join(c[7:] for c in numeric) or '(none)'}")
         col = f"metric:{metric}"
     elif numeric:
         col = numeric[0]
