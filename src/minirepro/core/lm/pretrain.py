@@ -171,6 +171,8 @@ def write_manifest(folder: Path) -> dict[str, str]:
 
 def verify_entry(folder: Path) -> str | None:
     """``None`` if the cache entry is complete and intact, else the reason it is not."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        return "not a folder (a plain file or a link where the entry belongs)"
     man = folder / MANIFEST
     if not man.is_file():
         return "no manifest (partial or foreign entry)"
@@ -309,7 +311,7 @@ def pretrain(lm_config: LMConfig | None = None, train_config: TrainConfig | None
             except Exception as exc:  # a verified entry that still fails to load: rebuild
                 problem = f"failed to load ({exc})"
         warnings.warn(f"cache entry {folder} is invalid: {problem}; rebuilding it", stacklevel=2)
-        shutil.rmtree(folder, ignore_errors=True)
+        _remove_entry(folder)
 
     threads_before = torch.get_num_threads()
     set_seed(train_config.seed, threads=train_config.threads)
@@ -335,6 +337,14 @@ def pretrain(lm_config: LMConfig | None = None, train_config: TrainConfig | None
     return out
 
 
+def _remove_entry(folder: Path) -> None:
+    """Remove a cache entry, whatever it is: a folder, a plain file, a (dangling) link."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        folder.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _write_entry(folder: Path, lm: PretrainedLM) -> Path:
     """Write the entry in a temporary sibling folder, then rename it into place."""
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -350,7 +360,13 @@ def _write_entry(folder: Path, lm: PretrainedLM) -> Path:
         write_manifest(tmp)
         try:
             os.replace(tmp, folder)
-        except OSError:  # another process won the race: keep its (identical) entry
+        except OSError:  # another process won the race: keep its (identical) entry ...
+            if verify_entry(folder) is not None:  # ... unless what is there is no entry (a file)
+                _remove_entry(folder)
+                try:
+                    os.replace(tmp, folder)
+                except OSError:
+                    pass
             shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
