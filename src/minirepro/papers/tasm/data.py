@@ -58,7 +58,8 @@ class Episodes:
 
     ``demo_patches`` (B, D, 16, 4), ``demo_labels`` (B, D) in 0..n_way-1,
     ``query_patches`` (B, 16, 4), ``query_label`` (B,), ``demo_images`` (B, D, 8, 8) for figures,
-    ``query_image`` (B, 8, 8).
+    ``query_image`` (B, 8, 8), and the true digit classes ``demo_classes`` (B, D) and
+    ``query_class`` (B,) (used only by the training's auxiliary loss and by checks).
     """
 
     demo_patches: torch.Tensor
@@ -67,6 +68,8 @@ class Episodes:
     query_label: torch.Tensor
     demo_images: np.ndarray
     query_image: np.ndarray
+    demo_classes: torch.Tensor
+    query_class: torch.Tensor
 
     def __len__(self) -> int:
         return int(self.query_label.shape[0])
@@ -105,9 +108,10 @@ def make_episodes(n: int, n_way: int, k_shot: int, seed: int, part: str = "test"
     d_idx = np.take_along_axis(members[:, :, :k_shot].reshape(n, D), order, 1)
     d_lab = np.take_along_axis(np.repeat(labels, k_shot, 1), order, 1)
     d_img = imgs[d_idx]
+    d_cls, q_cls = y[d_idx], y[members[rows, qc, k_shot]]
     return Episodes(patchify(d_img), torch.from_numpy(np.ascontiguousarray(d_lab)), patchify(q_img),
-                    torch.from_numpy(np.ascontiguousarray(q_lab)),
-                    d_img, q_img)
+                    torch.from_numpy(np.ascontiguousarray(q_lab)), d_img, q_img,
+                    torch.from_numpy(d_cls), torch.from_numpy(np.ascontiguousarray(q_cls)))
 
 
 def shuffle_labels(ep: Episodes, seed: int) -> Episodes:
@@ -117,4 +121,5 @@ def shuffle_labels(ep: Episodes, seed: int) -> Episodes:
     lab = ep.demo_labels.clone()
     for e in range(len(ep)):
         lab[e] = lab[e, torch.from_numpy(rng.permutation(ep.n_demos))]
-    return Episodes(ep.demo_patches, lab, ep.query_patches, ep.query_label, ep.demo_images, ep.query_image)
+    return Episodes(ep.demo_patches, lab, ep.query_patches, ep.query_label, ep.demo_images, ep.query_image,
+                    ep.demo_classes, ep.query_class)

@@ -37,22 +37,25 @@ class Config(ScaledConfig):
     """The miniature's sizes and TASM's knobs."""
 
     n_seeds: int = 5  # evaluation seeds (each draws its own held-out episodes)
-    n_episodes: int = 300  # episodes per seed and format
+    n_episodes: int = 160  # episodes per seed and format
     n_way: int = 5  # classes per episode (the artifact was trained with 5)
     k_shot: int = 1  # demonstrations per class (the artifact was trained with 1)
     ratios: tuple = (0.1, 0.2, 0.3, 0.5)  # kept fractions of the demonstration cache
+    formats: tuple = ("image-first",)  # episode formats evaluated (the artifact learned image-first)
     gamma: float = 0.5  # weight of the value-norm term in s_task
     bank_mult: float = 2.0  # Latent Bank size as a multiple of the Core size
     retrieve_frac: float = 0.25  # bank tokens fetched when the gate opens, as a fraction of the Core
     delta: float = 0.002  # gate threshold on the JS divergence
     timing_repeats: int = 15  # repeats of the latency measurement
-    PRESETS: ClassVar = {"smoke": {"n_seeds": 1, "n_episodes": 60, "ratios": (0.1, 0.3),
+    PRESETS: ClassVar = {"smoke": {"n_seeds": 1, "n_episodes": 60, "ratios": (0.1, 0.2),
                                    "timing_repeats": 5},
                          "book": {}, "full": {"n_seeds": 10, "n_episodes": 1000,
                                              "ratios": (0.05, 0.1, 0.2, 0.3, 0.5, 0.75)}}
 
     def __post_init__(self) -> None:
         self.ratios = tuple(check_ratio(r) for r in self.ratios)
+        if not self.formats or any(f not in FORMATS for f in self.formats):
+            raise ValueError(f"formats must be a non-empty subset of {FORMATS}, got {self.formats}")
         if self.n_seeds < 1 or self.n_episodes < 1:
             raise ValueError("n_seeds and n_episodes must be positive")
         if self.n_way < 2 or self.k_shot < 1:
@@ -98,7 +101,7 @@ def run_seed(model: ICLTransformer, cfg: Config, seed: int) -> tuple[pd.DataFram
     ep = make_episodes(cfg.n_episodes, cfg.n_way, cfg.k_shot, EVAL_SEED + seed, "test")
     shuf = shuffle_labels(ep, EVAL_SEED + seed)
     rows, kept = [], {}
-    for fmt in FORMATS:
+    for fmt in cfg.formats:
         pre = model.prefill(ep.demo_patches, ep.demo_labels, fmt)
         T = pre.is_label.numel()
         logits, info = model.answer(ep.query_patches, pre.kv, fmt)

@@ -105,12 +105,15 @@ class ICLTransformer(nn.Module):
 
     Token embedding = content (a linear map of the 4 pixels, or a label embedding; label
     ``n_way`` is the query's unknown label) + the patch's grid position + the slot in its item.
-    The answer is read at the query's last token as ``n_way`` logits.
+    The answer is read at the query's last token as ``n_way`` logits. The first ``local``
+    layers attend only within an item (a per-image encoder, as a vision encoder does before a
+    multimodal LM); the later layers are causal over the whole sequence.
     """
 
-    def __init__(self, n_way: int = 5, d: int = 64, heads: int = 4, layers: int = 3, mlp: int = 128) -> None:
+    def __init__(self, n_way: int = 5, d: int = 64, heads: int = 4, layers: int = 3, mlp: int = 128,
+                 local: int = 1) -> None:
         super().__init__()
-        self.n_way = n_way
+        self.n_way, self.local = n_way, local
         self.pix = nn.Linear(4, d)
         self.lab = nn.Embedding(n_way + 1, d)
         self.pos = nn.Embedding(N_PATCH, d)
@@ -118,6 +121,7 @@ class ICLTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(d, heads, mlp) for _ in range(layers))
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, n_way)
+        self.cls = nn.Linear(d, 10)  # auxiliary digit-class head, used only in training
 
     def embed_items(self, patches: torch.Tensor, labels: torch.Tensor, fmt: str) -> torch.Tensor:
         """Items (B, D, 16, 4) with labels (B, D) -> tokens (B, 17 D, d) in the given format."""
@@ -136,12 +140,20 @@ class ICLTransformer(nn.Module):
         unk = (self.lab.weight[self.n_way] + self.slot.weight[0]).expand(p.shape[0], 1, -1)
         return torch.cat([unk, p + self.slot.weight[1:] - self.slot.weight[:N_PATCH]], 1)
 
+    @staticmethod
+    def masks(T: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Causal mask (T, T) and the within-item causal mask of the local layers (items of 17
+        tokens; the query's tokens after the demonstrations form the last item)."""
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        item = torch.arange(T) // ITEM
+        return causal, causal & (item[:, None] == item[None, :])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Plain causal forward over tokens (B, T, d) -> final hidden states (B, T, d) (training)."""
-        T = x.shape[1]
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
-        for blk in self.blocks:
+        """Plain forward over tokens (B, T, d) -> final hidden states (B, T, d) (training)."""
+        causal, local = self.masks(x.shape[1])
+        for li, blk in enumerate(self.blocks):
             q, k, v = blk.qkv_heads(x)
+            mask = local if li < self.local else causal
             x = blk.finish(x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
         return self.ln(x)
 
@@ -154,12 +166,12 @@ class ICLTransformer(nn.Module):
         is_label, image, row, col, _ = token_layout(labels.shape[1], fmt)
         x = self.embed_items(patches, labels, fmt)
         T = x.shape[1]
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        causal, local = self.masks(T)
         kvs, attns = [], []
         zeros = torch.zeros(x.shape[0], T)
-        for blk in self.blocks:
+        for li, blk in enumerate(self.blocks):
             q, k, v = blk.qkv_heads(x)
-            o, p = attend(q, k, v, None, mask)
+            o, p = attend(q, k, v, None, local if li < self.local else causal)
             kvs.append(KV(k, v, zeros))
             attns.append(p.sum(1))
             x = blk.finish(x, o)
@@ -187,9 +199,10 @@ class ICLTransformer(nn.Module):
             K = torch.cat([c.k, k], 2)
             V = torch.cat([c.v, v], 2)
             ls = torch.cat([c.logsize, torch.zeros(x.shape[0], Q)], 1)
-            mask = torch.cat([torch.ones(Q, c.k.shape[2], dtype=torch.bool), causal], 1)
+            sees_cache = li >= self.local  # local layers never look at the demonstrations
+            mask = torch.cat([torch.full((Q, c.k.shape[2]), sees_cache), causal], 1)
             o, p = attend(q, K, V, ls, mask)
-            if bank is not None and gate is not None and bank[li].k.shape[2] > 0:
+            if sees_cache and bank is not None and gate is not None and bank[li].k.shape[2] > 0:
                 o, opened = gate.expand(q, K, V, ls, mask, bank[li], o, p, c.k.shape[2])
                 info["open"].append(opened)
             info["attn"].append(p.mean(1)[..., : c.k.shape[2]])

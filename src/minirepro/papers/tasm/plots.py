@@ -19,7 +19,7 @@ COLORS = {"random": "#BCBD22", "H2O": "#D55E00", "SnapKV": "#E69F00", "ToMe": "#
 def plot_accuracy_vs_ratio(table: pd.DataFrame, chance: float) -> Figure:
     """Accuracy (mean over seeds, 95% t interval) against the kept fraction, per method and format."""
     fmts = list(dict.fromkeys(table.format))
-    fig, axes = plt.subplots(1, len(fmts), figsize=(7.5, 3.4), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(fmts), figsize=(7.5, 3.6), sharey=True, squeeze=False)
     s = seed_summary(table, ["format", "method", "ratio"], "accuracy").reset_index()
     for ax, fmt in zip(axes[0], fmts):
         sub = s[s.format == fmt]
@@ -38,8 +38,7 @@ def plot_accuracy_vs_ratio(table: pd.DataFrame, chance: float) -> Figure:
         ax.set_xlabel("kept fraction of the demo cache (%)")
     axes[0, 0].set_ylabel("query accuracy")
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, -0.12))
+    fig.legend(handles, labels, loc="center left", fontsize=8, frameon=False, bbox_to_anchor=(0.99, 0.5))
     fig.tight_layout()
     return fig
 
@@ -105,7 +104,9 @@ def plot_training_curve(curve: dict) -> Figure:
     a.set_xlabel("Adam step")
     a.set_ylabel("training loss (nats)")
     for key, col in (("acc image-first", "#0072B2"), ("acc label-first", "#D55E00")):
-        b.plot(steps, curve[key], color=col, label=key.removeprefix("acc "))
+        if key in curve:
+            b.plot(steps, curve[key], color=col, label=key.removeprefix("acc "))
+    b.axhline(0.2, color="grey", lw=0.8, ls="-.", label="chance")
     b.set_xlabel("Adam step")
     b.set_ylabel("training query accuracy")
     b.legend(fontsize=8, loc="lower right", frameon=False)
