@@ -140,7 +140,7 @@ def run_experiment(cfg: Config, model: ICLTransformer, seeds: list[int]) -> tupl
 
 def per_seed(table: pd.DataFrame, fmt: str, ratio: float, method: str) -> np.ndarray:
     """Accuracy per seed (sorted by seed) of one (format, ratio, method)."""
-    sel = table[(table.format == fmt) & (table.method == method)
+    sel = table[(table["format"] == fmt) & (table.method == method)
                 & np.isclose(table.ratio, ratio if method not in ("full context", "shuffled labels") else 1.0)]
     return sel.sort_values("seed").accuracy.to_numpy()
 

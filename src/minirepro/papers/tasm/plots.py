@@ -18,11 +18,14 @@ COLORS = {"random": "#BCBD22", "H2O": "#D55E00", "SnapKV": "#E69F00", "ToMe": "#
 
 def plot_accuracy_vs_ratio(table: pd.DataFrame, chance: float) -> Figure:
     """Accuracy (mean over seeds, 95% t interval) against the kept fraction, per method and format."""
-    fmts = list(dict.fromkeys(table.format))
+    fmts = list(dict.fromkeys(table["format"]))
     fig, axes = plt.subplots(1, len(fmts), figsize=(7.5, 3.6), sharey=True, squeeze=False)
-    s = seed_summary(table, ["format", "method", "ratio"], "accuracy").reset_index()
+    s = seed_summary(table.assign(key=list(zip(table["format"], table.method, table.ratio))),
+                     "key", "accuracy")
+    s = s.assign(format=[k[0] for k in s.index], method=[k[1] for k in s.index],
+                 ratio=[k[2] for k in s.index]).reset_index(drop=True)
     for ax, fmt in zip(axes[0], fmts):
-        sub = s[s.format == fmt]
+        sub = s[s["format"] == fmt]
         for m, col in COLORS.items():
             d = sub[sub.method == m].sort_values("ratio")
             if d.empty or m == "full context":
@@ -73,7 +76,7 @@ def plot_accuracy_vs_memory(table: pd.DataFrame, n_tokens: int, fmt: str) -> Fig
     """Accuracy against cache memory per layer (% of the full demo cache) for one format: the
     GPU-side cache (TASM: Core plus the tokens fetched when the gate opens), and for TASM also
     Core + Latent Bank (hollow markers)."""
-    sub = table[table.format == fmt].copy()
+    sub = table[table["format"] == fmt].copy()
     sub["gpu %"] = 100 * sub.gpu_slots / n_tokens
     sub["total %"] = 100 * (sub.gpu_slots + sub.bank_slots) / n_tokens
     g = sub.groupby(["method", "ratio"])[["accuracy", "gpu %", "total %"]].mean().reset_index()
