@@ -348,15 +348,52 @@ def _mark_failed(stage: Path, output: Path, chapter: Chapter, run_id: str, runs_
         (stage / "results.json").unlink(missing_ok=True)
         (stage / "error.txt").write_text(f"{message}\n", encoding="utf-8")
         (stage / ".source.ipynb").unlink(missing_ok=True)
+        (stage / OWNER).unlink(missing_ok=True)
         stage.rename(failed)
     except OSError:  # the disk is full or gone: leave the staging folder (never looks finished)
         return stage
     return failed
 
 
+OWNER = ".owner.pid"  # in a staging folder: the process running that run
+
+
+def mark_abandoned(runs_dir: Path, chapter: Chapter, known: set[Path], reason: str,
+                   wait: float = 15.0) -> list[Path]:
+    """Mark FAILED the staging folders under ``runs_dir`` (not in ``known``) whose owning
+    process is gone, e.g. sweep workers killed when the sweep was interrupted.
+
+    A folder whose owner is still alive after ``wait`` seconds is left alone (it may
+    be another sweep's). Returns the ``-FAILED`` folders made.
+    """
+    import psutil
+
+    def alive(folder: Path) -> bool:
+        try:
+            pid = int((folder / OWNER).read_text().strip())
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except (OSError, ValueError, psutil.Error):
+            return False
+
+    stages = [f for f in runs_dir.glob(".incomplete-*") if f.is_dir() and f not in known]
+    deadline = time.monotonic() + wait
+    while any(alive(f) for f in stages) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    made = []
+    for stage in stages:
+        if alive(stage) or not stage.exists():
+            continue
+        run_id = stage.name[len(".incomplete-"):].rsplit("-", 1)[0]
+        (stage / OWNER).unlink(missing_ok=True)
+        made.append(_mark_failed(stage, stage / f"{chapter.name}.ipynb", chapter, run_id, runs_dir,
+                                 RuntimeError(reason), 0.0))
+    return made
+
+
 def _run_in(stage: Path, chapter: Chapter, params: dict[str, Any], full_params: dict[str, Any],
             run_id: str, runs_dir: Path, root: Path, threads: int | None, quiet_bars: bool) -> Run:
     stage.chmod(0o755)
+    (stage / OWNER).write_text(f"{os.getpid()}\n", encoding="utf-8")  # see mark_abandoned
     ipynb = to_ipynb(chapter, stage / ".source.ipynb")
     output = stage / f"{chapter.name}.ipynb"
     extra = {"MINIREPRO_RESULTS": str(stage / ".kernel-results.json"),
@@ -380,6 +417,7 @@ def _run_in(stage: Path, chapter: Chapter, params: dict[str, Any], full_params: 
     (stage / "params.json").write_text(json.dumps(full_params, indent=2, default=str) + "\n")
     (stage / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     kernel_results.unlink(missing_ok=True)
+    (stage / OWNER).unlink(missing_ok=True)
     ipynb.unlink(missing_ok=True)
     final = runs_dir / run_id
     stage.rename(final)
@@ -454,13 +492,23 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
     threads = None
     runs_dir = check_runs_dir(runs_dir) if runs_dir is not None else None
     base = check_runs_dir(runs_dir or root / "runs").resolve() / chapter.name
-    with stop_signals_raise():  # SIGTERM/SIGHUP end the sweep like Ctrl-C
-        if scheduler is not None:
-            rows = sweep_dask(chapter, combos, scale, scheduler, base, root, timeout=timeout)
-        else:
-            rows = Parallel(n_jobs=jobs, backend=backend)(
-                delayed(_sweep_one)(chapter.name, combo, scale, runs_dir, root, threads)
-                for combo in combos)
+    known = set(base.glob(".incomplete-*")) if base.is_dir() else set()
+    t0 = time.perf_counter()
+    try:
+        with stop_signals_raise():  # SIGTERM/SIGHUP end the sweep like Ctrl-C
+            if scheduler is not None:
+                rows = sweep_dask(chapter, combos, scale, scheduler, base, root, timeout=timeout)
+            else:
+                rows = Parallel(n_jobs=jobs, backend=backend)(
+                    delayed(_sweep_one)(chapter.name, combo, scale, runs_dir, root, threads)
+                    for combo in combos)
+    except KeyboardInterrupt as exc:  # the workers (and their kernels) were killed: say so
+        sig = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
+        with _signals_ignored():
+            if base.is_dir():
+                mark_abandoned(base, chapter, known, f"the sweep was interrupted ({sig}) after "
+                               f"{time.perf_counter() - t0:.1f} s; this run did not finish")
+        raise
     folder = base / f"sweep-{make_run_id({'grid': grid, 'scale': scale})}"
     folder.mkdir(parents=True)
     write_summary(folder, rows, list(grid), metric)

@@ -309,6 +309,36 @@ def test_a_signal_stops_the_kernel_and_its_children_and_marks_the_run_failed(boo
             stop_process_tree(p.pid)
 
 
+def test_sigterm_to_a_parallel_sweep_leaves_no_process_and_marks_its_runs_failed(book):
+    env = {**os.environ, "MINIREPRO_ROOT": str(book)}
+    proc = subprocess.Popen([sys.executable, "-m", "minirepro.cli", "sweep", "sleepy", "--scale",
+                             "smoke", "-p", "seed", "0", "1", "-p", "nap", "600", "-j", "2"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while len(list((book / "runs" / "sleepy").glob(".incomplete-*/kernel.pids"))) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the kernels never started"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert "Traceback" not in err, err
+        time.sleep(0.5)
+        assert processes_of(book) == []
+        folders = list((book / "runs" / "sleepy").iterdir())
+        assert len(folders) == 2 and all(f.name.endswith("-FAILED") for f in folders), folders
+        for f in folders:
+            assert "interrupted (SIGTERM)" in (f / "error.txt").read_text()
+            assert not (f / "results.json").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for p in processes_of(book):
+            stop_process_tree(p.pid)
+
+
 def test_stop_process_tree_reaches_grandchildren_in_another_session():
     script = ("import subprocess, sys, time\n"
               "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
