@@ -112,6 +112,6 @@ def plot_training_curve(curve: dict) -> Figure:
     b.axhline(0.2, color="grey", lw=0.8, ls="-.", label="chance")
     b.set_xlabel("Adam step")
     b.set_ylabel("training query accuracy")
-    b.legend(fontsize=8, loc="lower right", frameon=False)
+    b.legend(fontsize=8, loc="upper left", frameon=False)
     fig.tight_layout()
     return fig
