@@ -778,8 +778,9 @@ def make_golden(name: str, root: Path | None = None) -> Path:
                           "MINIREPRO_ROOT": str(root), "MINIREPRO_RESULTS": str(record)})
         env.pop("MINIREPRO_FIGDIR", None)
         try:
-            execute(ipynb, out, {"scale": GOLDEN_SCALE} if "scale" in chapter.parameters else {},
-                    env, cwd=target.parent, log=tmpdir / "papermill.log")
+            with stop_signals_raise():  # SIGTERM/SIGHUP: the kernel's tree is stopped, no golden
+                execute(ipynb, out, {"scale": GOLDEN_SCALE} if "scale" in chapter.parameters else {},
+                        env, cwd=target.parent, log=tmpdir / "papermill.log")
         except RuntimeError as exc:
             kept = root / "runs" / "goldens" / f"{chapter.name}-FAILED"
             shutil.rmtree(kept, ignore_errors=True)
