@@ -252,3 +252,22 @@ def test_empty_demonstrations_raise():
 def test_js_shape_mismatch_raises():
     with pytest.raises(ValueError, match="same shape"):
         compress.js_divergence(torch.ones(3) / 3, torch.ones(4) / 4)
+
+
+# --- the checked artifact ------------------------------------------------------------------------
+
+def test_committed_learner_verifies_and_reproduces_its_manifest_quality():
+    """The committed weights match their checksums and give the held-out accuracy the manifest
+    records (same episodes, same code path as the recipe's evaluation)."""
+    import json
+
+    from minirepro.core import artifacts
+    from minirepro.papers.tasm.artifact import full_context_accuracy
+    from minirepro.papers.tasm.loading import NAME, load_model
+
+    folder = artifacts.artifacts_root() / NAME
+    assert artifacts.file_problems(folder) == []
+    quality = json.loads((folder / "MANIFEST.json").read_text())["quality"]
+    acc = full_context_accuracy(load_model(folder), 500, 999, "image-first", 5, 1)
+    assert abs(acc - quality["held-out accuracy image-first"]) <= 0.01
+    assert acc > 0.4  # far above chance (0.2): the learner reads the demonstrations
