@@ -20,8 +20,9 @@ the allowed range of a number (of each number of a list), bounds included (on a
     n_seeds: int | None = None  # seeds per arm (None: the preset) [1, 100]
 
 Some constraints hold for every chapter, whatever the comment says: a seed (a
-parameter named ``seed`` or ``*_seed``) is an int in ``[0, 2**32 - 1]``, a float
-is finite (no ``nan``, no ``inf``), and a path parameter (a ``str`` parameter whose
+parameter named ``seed`` or ``*_seed``) is an int in ``[0, 2**32 - 1]``, a count
+(an int named ``n_*``) is at least 0 and ``n_seeds`` at least 1, a float is finite
+(no ``nan``, no ``inf``), and a path parameter (a ``str`` parameter whose
 name ends in ``_csv``, ``_path``, ``_dir`` or ``_file``) given a value is resolved
 against the caller's working directory and must exist (a ``_dir`` a folder, the
 others a file). Error messages cut echoed values to about 40 characters.
@@ -95,6 +96,8 @@ class Parameter:
         hi = math.inf if self.hi is None else self.hi
         if is_seed_name(self.name) and self.type in ("int", "list[int]"):
             lo, hi = max(lo, SEED_RANGE[0]), min(hi, SEED_RANGE[1])
+        if self.type in ("int", "list[int]") and self.name.startswith("n_"):  # a count
+            lo = max(lo, 1 if self.name == "n_seeds" else 0)
         if lo == -math.inf and hi == math.inf:
             return None
         return lo, hi
