@@ -7,6 +7,15 @@ run) and the cells are resolved by a small depth-first walk over references,
 with a cycle check, a cap on the number of formulas and a wall-clock deadline.
 Excel semantics (``#DIV/0!`` from an empty divisor, ``#VALUE!`` from text in
 arithmetic, ``SUM`` skipping blanks) come from ``formulas`` itself.
+
+Untrusted formulas are bounded three ways. Before anything is parsed, each
+formula's length and nesting depth are checked (the parser's time and memory
+grow quadratically with length: 30,000 characters cost 15 s and 740 MB).
+Evaluation then runs in a worker process (:mod:`.isolate`) with a memory cap,
+which is killed if it overruns the deadline, since one slow cell can hold the
+interpreter for longer than any deadline checked between cells. Workers are
+pooled and each evaluation takes its own, so a hostile workbook never makes an
+ordinary one wait behind it.
 """
 
 from __future__ import annotations
@@ -28,9 +37,16 @@ from openpyxl.utils.cell import range_boundaries
 # schedula logs a traceback for every formula that fails; here a failure is a cell error.
 logging.getLogger("schedula").setLevel(logging.CRITICAL)
 
-# Compiled ``formulas`` functions are shared through the cache; one evaluation runs at a time
-# (the arena's web server is threaded), which costs little since a workbook takes milliseconds.
-_LOCK = threading.Lock()
+# Limits checked before parsing. Excel allows 8,192 characters and 64 levels; the parser's
+# cost grows quadratically with length (8,000 characters take seconds), so the length limit is
+# stricter. Generated workbooks use formulas of a few dozen characters.
+MAX_FORMULA_CHARS = 1024
+MAX_NESTING = 64
+MEMORY_MB = 512  # address space an evaluation worker may add to what it starts with
+
+# Compiled ``formulas`` functions are shared through the cache, so in-process evaluations
+# (``isolate=False``, trusted cells only) run one at a time; isolated ones each have a process.
+_INPROCESS_LOCK = threading.Lock()
 
 ERROR_TEXTS = ("#DIV/0!", "#VALUE!", "#REF!", "#NAME?", "#N/A", "#NUM!", "#NULL!")
 _EXCEL_EPOCH = dt.datetime(1899, 12, 30)
@@ -74,27 +90,79 @@ def _scalar(r: object) -> object:
     return r
 
 
+def nesting_depth(formula: str) -> int:
+    """Deepest nesting of ``(...)`` and ``{...}`` in ``formula``, outside quoted text and sheet names."""
+    depth = deepest = 0
+    quote = ""
+    for ch in formula:
+        if quote:
+            if ch == quote:  # a doubled quote closes and reopens: still inside
+                quote = ""
+        elif ch == '"' or ch == "'":
+            quote = ch
+        elif ch == "(" or ch == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")" or ch == "}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def formula_problem(formula: str, max_chars: int = MAX_FORMULA_CHARS,
+                    max_nesting: int = MAX_NESTING) -> str:
+    """Why ``formula`` is too large to parse safely ("" if it is fine); costs one linear scan."""
+    if len(formula) > max_chars:
+        return f"a formula of {len(formula)} characters; the limit is {max_chars}"
+    depth = nesting_depth(formula)
+    if depth > max_nesting:
+        return f"a formula nested {depth} levels deep; the limit is {max_nesting}"
+    return ""
+
+
+def is_formula(v: object) -> bool:
+    """True for a cell value the evaluator treats as a formula (text starting with "=")."""
+    return isinstance(v, str) and v.startswith("=") and len(v) > 1
+
+
 _REF = re.compile(r"^(?:(?P<sheet>'[^']+'|[^!]+)!)?(?P<rng>[A-Z]+\d+(?::[A-Z]+\d+)?)$")
 
 
 def evaluate(cells: dict[tuple[str, int, int], object], max_formulas: int = 5000,
-             timeout_s: float = 5.0) -> Evaluation:
+             timeout_s: float = 5.0, max_formula_chars: int = MAX_FORMULA_CHARS,
+             max_nesting: int = MAX_NESTING, memory_mb: int = MEMORY_MB,
+             isolate: bool = True) -> Evaluation:
     """Evaluate every formula in ``cells`` (``{(SHEET_UPPER, row, col): value or "=formula"}``).
 
     A formula ``formulas`` cannot parse or run counts as a ``#NAME?`` error (as in
     Excel for an unknown function); a reference cycle is a ``#REF!`` error here.
-    Stops with ``complete=False`` past ``max_formulas`` formulas or ``timeout_s`` seconds.
+    Returns ``complete=False`` with nothing evaluated if there are more than
+    ``max_formulas`` formulas or one is longer than ``max_formula_chars`` or nested
+    deeper than ``max_nesting`` (checked before parsing). Stops with ``complete=False``
+    after ``timeout_s`` seconds, or when the evaluation needs more than ``memory_mb``
+    MB. With ``isolate`` (the default) the evaluation runs in a worker process that is
+    killed if it overruns; ``isolate=False`` runs it here, for trusted cells only.
     """
-    if max_formulas < 1 or timeout_s <= 0:
-        raise ValueError(f"max_formulas must be >= 1 and timeout_s > 0, got {max_formulas}, {timeout_s}")
-    formulas_at = [k for k, v in cells.items() if isinstance(v, str) and v.startswith("=") and len(v) > 1]
+    if min(max_formulas, max_formula_chars, max_nesting, memory_mb) < 1 or not timeout_s > 0:
+        raise ValueError("max_formulas, max_formula_chars, max_nesting and memory_mb must be >= 1 "
+                         f"and timeout_s > 0, got {max_formulas}, {max_formula_chars}, "
+                         f"{max_nesting}, {memory_mb}, {timeout_s}")
+    formulas_at = [k for k, v in cells.items() if is_formula(v)]
     if len(formulas_at) > max_formulas:
         return Evaluation({}, {}, False, f"{len(formulas_at)} formulas exceed the limit of {max_formulas}")
-    with _LOCK:
-        return _evaluate_locked(cells, formulas_at, timeout_s)
+    for k in formulas_at:
+        why = formula_problem(cells[k], max_formula_chars, max_nesting)
+        if why:
+            return Evaluation({}, {}, False, f"{why} (cell {k[0]}!R{k[1]}C{k[2]}); nothing evaluated")
+    if not isolate:
+        with _INPROCESS_LOCK:
+            return evaluate_cells(cells, formulas_at, timeout_s)
+    from minirepro.papers.spreadsheet_arena.isolate import run_isolated
+
+    return run_isolated(cells, formulas_at, timeout_s, memory_mb)
 
 
-def _evaluate_locked(cells: dict, formulas_at: list, timeout_s: float) -> Evaluation:
+def evaluate_cells(cells: dict, formulas_at: list, timeout_s: float) -> Evaluation:
+    """The evaluation itself, in this process: a walk over references with a soft deadline."""
     deadline = time.monotonic() + timeout_s
     values: dict[tuple[str, int, int], object] = {}
     active: set[tuple[str, int, int]] = set()
@@ -131,9 +199,11 @@ def _evaluate_locked(cells: dict, formulas_at: list, timeout_s: float) -> Evalua
             fn, inputs = _compile(cells[key])
             args = [fetch(name, key[0]) for name in inputs]
             out = _scalar(fn(*args))
-        except TimeoutError:
+        except (TimeoutError, MemoryError):
             raise
-        except Exception:  # noqa: BLE001 - any failure of an untrusted formula is a cell error
+        except Exception as exc:  # noqa: BLE001 - any failure of an untrusted formula is a cell error
+            if _out_of_memory(exc):  # the parser wraps a MemoryError in its own exception
+                raise MemoryError from exc
             out = XlError("#NAME?")
         finally:
             active.discard(key)
@@ -148,6 +218,15 @@ def _evaluate_locked(cells: dict, formulas_at: list, timeout_s: float) -> Evalua
     except RecursionError:
         return Evaluation(values, _errors(values), False, "reference chain too deep")
     return Evaluation(values, _errors(values), True)
+
+
+def _out_of_memory(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, MemoryError):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _errors(values: dict) -> dict:
