@@ -1,15 +1,20 @@
 """Stylistic, structural and functional features of any .xlsx file, read defensively.
 
-The file is untrusted: it is size-checked before opening (compressed and
-uncompressed, against zip bombs), refused if it carries VBA macros (nothing is
-ever executed), and cell-count limited after parsing. XML entity-expansion attacks are
-stopped by the expat parser bundled with Python (2.4 or later); openpyxl also uses
-``defusedxml`` when it is installed. Anything malformed raises
-:class:`WorkbookError` with the reason, never a crash of the caller's run.
+The file is untrusted. Before openpyxl sees it, it is size-checked (compressed
+and uncompressed, against zip bombs) and every part of the package is streamed
+once through expat (:func:`scan_package`), which stops at the first of: a DTD
+(no entity tricks), VBA macros or macro sheets declared by content type or
+relationship (whatever the part is called; nothing is ever executed), more cells
+or XML elements than the limits allow, or a formula too long or too deeply
+nested to parse safely. So a 60 KiB file holding 1.8 million cells is refused
+after reading its first 50,001 cells, not after building all of them. Anything
+malformed raises :class:`WorkbookError` with the reason, never a crash of the
+caller's run.
 
 openpyxl drops charts on load and computes no formulas, so charts are counted
 from the package's ``xl/charts/chartN.xml`` parts and formulas are evaluated by
-:mod:`.evaluate` (the ``formulas`` library) to find error values.
+:mod:`.evaluate` (the ``formulas`` library, in a worker process with a hard
+deadline and a memory cap) to find error values.
 """
 
 from __future__ import annotations
@@ -20,11 +25,21 @@ import io
 import re
 import zipfile
 from dataclasses import dataclass
+from xml.parsers import expat
 
 import numpy as np
 import openpyxl
 
-from minirepro.papers.spreadsheet_arena.evaluate import ERROR_TEXTS, Evaluation, evaluate
+from minirepro.papers.spreadsheet_arena.evaluate import (
+    ERROR_TEXTS,
+    MAX_FORMULA_CHARS,
+    MAX_NESTING,
+    MEMORY_MB,
+    Evaluation,
+    evaluate,
+    formula_problem,
+    is_formula,
+)
 
 
 class WorkbookError(ValueError):
@@ -42,6 +57,10 @@ class Limits:
     max_formulas: int = 5_000
     eval_timeout_s: float = 5.0
     evaluate: bool = True
+    max_formula_chars: int = MAX_FORMULA_CHARS
+    max_nesting: int = MAX_NESTING
+    max_xml_elements: int = 250_000
+    eval_memory_mb: int = MEMORY_MB
 
 
 DEFAULT_LIMITS = Limits()
@@ -53,9 +72,113 @@ FEATURES: tuple[str, ...] = (
     "black_formula_share", "n_errors", "eval_complete", "style_score")
 
 _CHART_PART = re.compile(r"^xl/charts/chart\d+\.xml$")
+_MAIN_NS = ("http://schemas.openxmlformats.org/spreadsheetml/2006/main",
+            "http://purl.oclc.org/ooxml/spreadsheetml/main")
+_CELL_TAGS = frozenset(f"{ns} c" for ns in _MAIN_NS)
+_FORMULA_TAGS = frozenset(f"{ns} f" for ns in _MAIN_NS)
+# Content types and relationship types (their last path segment) of macro-bearing parts.
+_MACRO_CONTENT = ("vbaproject", "macroenabled", "macrosheet", "activex")
+_MACRO_RELS = {"vbaproject", "vbaprojectsignature", "xlmacrosheet", "xlintlmacrosheet",
+               "activexcontrolbinary"}
 _STRING_LIT = re.compile(r'"[^"]*"')
 _REFS = re.compile(r"(?:'[^']+'|[A-Za-z_][\w.]*)?!?\$?[A-Za-z]{1,3}\$?\d+(?::\$?[A-Za-z]{1,3}\$?\d+)?")
 _NUMBER = re.compile(r"(?<![\w.$])(\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+)(?![\w(])")
+
+
+def scan_package(zf: zipfile.ZipFile, limits: Limits = DEFAULT_LIMITS) -> int:
+    """Stream every part of the package through expat once, before anything is built from it.
+
+    Refuses DTDs, macros declared by content type (``[Content_Types].xml``) or by
+    relationship (any ``.rels`` part), more than ``limits.max_cells`` cells or
+    ``limits.max_xml_elements`` elements, and formulas longer than
+    ``limits.max_formula_chars`` or nested deeper than ``limits.max_nesting``. Parts
+    that are not XML (images, binaries) stop their own scan at the first byte.
+
+    Returns:
+        The number of cells (``<c>`` elements) in the package.
+
+    Raises:
+        WorkbookError: the first limit crossed, with the part it was found in.
+    """
+    scan = _Scan(limits)
+    for info in zf.infolist():
+        scan.part(zf, info)
+    return scan.cells
+
+
+class _Scan:
+    """Counters and expat handlers for :func:`scan_package` (one handler call per element)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits, self.name = limits, ""
+        self.cells = self.elements = 0
+        self.formula: list[str] | None = None
+        self.n_chars = 0
+
+    def refuse(self, why: str):
+        raise WorkbookError(f"{why} (in {self.name[:100]})")
+
+    def start(self, tag: str, attrs: list) -> None:  # the common case first: it runs per element
+        self.elements += 1
+        if self.elements > self.limits.max_xml_elements:
+            n = self.limits.max_xml_elements
+            self.refuse(f"more than {n} XML elements; the limit is {n}")
+        if tag in _CELL_TAGS:
+            self.cells += 1
+            if self.cells > self.limits.max_cells:
+                n = self.limits.max_cells
+                self.refuse(f"more than {n} cells; the limit is {n}")
+        elif tag in _FORMULA_TAGS:
+            self.formula, self.n_chars = [], 0
+        elif attrs:
+            self._check_macro(tag.rpartition(" ")[2], dict(zip(attrs[::2], attrs[1::2])))
+
+    def _check_macro(self, local: str, attrs: dict) -> None:
+        ctype, rtype = attrs.get("ContentType"), attrs.get("Type")
+        if ctype and local in ("Default", "Override") and any(
+                m in ctype.lower() for m in _MACRO_CONTENT):
+            self.refuse(f"workbook contains macros (content type {ctype[:80]}); macro workbooks "
+                        "are refused and nothing in them is executed")
+        if rtype and local == "Relationship" and (
+                rtype.rstrip("/").rsplit("/", 1)[-1].lower() in _MACRO_RELS):
+            self.refuse(f"workbook contains macros (relationship {rtype[:100]}); macro workbooks "
+                        "are refused and nothing in them is executed")
+
+    def text(self, data: str) -> None:
+        if self.formula is not None:
+            self.n_chars += len(data)
+            if self.n_chars > self.limits.max_formula_chars:
+                n = self.limits.max_formula_chars
+                self.refuse(f"a formula of more than {n} characters; the limit is {n}")
+            self.formula.append(data)
+
+    def end(self, tag: str) -> None:
+        if self.formula is not None and tag in _FORMULA_TAGS:
+            why = formula_problem("=" + "".join(self.formula), self.limits.max_formula_chars + 1,
+                                  self.limits.max_nesting)
+            if why:
+                self.refuse(why)
+            self.formula = None
+
+    def no_dtd(self, *_) -> None:
+        self.refuse("XML with a document type declaration (DTD); workbooks have none")
+
+    def part(self, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+        self.name, self.formula = info.filename, None
+        parser = expat.ParserCreate(namespace_separator=" ")
+        parser.ordered_attributes = True
+        parser.StartElementHandler, parser.EndElementHandler = self.start, self.end
+        parser.CharacterDataHandler = self.text
+        parser.StartDoctypeDeclHandler = parser.EntityDeclHandler = self.no_dtd
+        try:
+            with zf.open(info) as fh:
+                while chunk := fh.read(1 << 16):
+                    parser.Parse(chunk, False)
+                parser.Parse(b"", True)
+        except expat.ExpatError:
+            return  # not XML, or malformed: openpyxl refuses what it needs and cannot parse
+        except (zipfile.BadZipFile, NotImplementedError, OSError, EOFError, RuntimeError) as exc:
+            raise WorkbookError(f"corrupt zip package: {exc}"[:300]) from None
 
 
 def open_workbook(data: bytes, limits: Limits = DEFAULT_LIMITS) -> tuple[openpyxl.Workbook, int]:
@@ -65,8 +188,9 @@ def open_workbook(data: bytes, limits: Limits = DEFAULT_LIMITS) -> tuple[openpyx
         ``(workbook, n_charts)``; charts are counted from the zip parts.
 
     Raises:
-        WorkbookError: not bytes, too large, not a zip/xlsx, macros present, malformed,
-            or too many sheets or cells.
+        WorkbookError: not bytes, too large, not a zip/xlsx, macros present (by name,
+            content type or relationship), a DTD, malformed, too many sheets, cells or
+            XML elements, or a formula too long or too deeply nested.
     """
     if not isinstance(data, (bytes, bytearray)):
         raise WorkbookError(f"expected the bytes of an .xlsx file, got {type(data).__name__}")
@@ -90,6 +214,8 @@ def open_workbook(data: bytes, limits: Limits = DEFAULT_LIMITS) -> tuple[openpyx
                             "refused and nothing in them is executed")
     if "xl/workbook.xml" not in names:
         raise WorkbookError("zip package has no xl/workbook.xml: not a spreadsheet workbook")
+    with zipfile.ZipFile(buf) as zf:  # macros, DTDs, cells, elements, formula sizes: streamed
+        scan_package(zf, limits)
     n_charts = sum(bool(_CHART_PART.match(n)) for n in names)
     buf.seek(0)
     try:
@@ -178,16 +304,18 @@ def _features(wb: openpyxl.Workbook, n_charts: int, ev: Evaluation) -> dict[str,
     return f
 
 
-_EVALS: dict[tuple[str, int, float], Evaluation] = {}
+_EVALS: dict[tuple, Evaluation] = {}
 
 
-def _evaluate_cached(key: str, max_formulas: int, timeout_s: float, cells: dict) -> Evaluation:
+def _evaluate_cached(key: str, limits: Limits, cells: dict) -> Evaluation:
     """Evaluate once per distinct cell content: workbooks that differ only in styling share it."""
-    k = (key, max_formulas, timeout_s)
+    k = (key, limits.max_formulas, limits.eval_timeout_s, limits.max_formula_chars,
+         limits.max_nesting, limits.eval_memory_mb)
     if k not in _EVALS:
         if len(_EVALS) > 8192:
             _EVALS.clear()
-        _EVALS[k] = evaluate(cells, max_formulas, timeout_s)
+        _EVALS[k] = evaluate(cells, limits.max_formulas, limits.eval_timeout_s,
+                             limits.max_formula_chars, limits.max_nesting, limits.eval_memory_mb)
     return _EVALS[k]
 
 
@@ -196,8 +324,12 @@ def _cached(digest: str, data: bytes, limits: Limits) -> tuple[dict[str, float],
     wb, n_charts = open_workbook(data, limits)
     if limits.evaluate:
         cells = cell_map(wb)
+        for k, v in cells.items():  # text cells starting with "=" are evaluated as formulas too
+            why = is_formula(v) and formula_problem(v, limits.max_formula_chars, limits.max_nesting)
+            if why:
+                raise WorkbookError(f"{why} (cell {k[0]}!R{k[1]}C{k[2]})"[:300])
         key = hashlib.sha256(repr(sorted(cells.items())).encode()).hexdigest()
-        ev = _evaluate_cached(key, limits.max_formulas, limits.eval_timeout_s, cells)
+        ev = _evaluate_cached(key, limits, cells)
     else:
         ev = Evaluation({}, {}, False, "evaluation switched off")
     return _features(wb, n_charts, ev), ev
