@@ -5,10 +5,12 @@ from __future__ import annotations
 import io
 import json
 import re
+import socket
 import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -237,3 +239,107 @@ def test_cli_serve_subprocess_votes_survive_restart(tmp_path):
     out = tmp_path / "v.csv"
     assert cli.main(["export", "--db", str(db), "--out", str(out)]) == 0
     assert len(read_votes(out)) == 3
+
+
+# ---------------------------------------------------------------- hardening (issue 29, item 11)
+
+def _open(url, data=None):
+    """``(status, headers)`` of a GET (or a form POST with ``data``), 4xx and 5xx included."""
+    body = urllib.parse.urlencode(data).encode() if data is not None else None
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=30) as r:
+            r.read()
+            return r.status, r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers
+
+
+def _guarded(headers) -> None:
+    csp = headers.get("Content-Security-Policy", "")
+    assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp, csp
+    assert "script-src" not in csp and "form-action 'self'" in csp
+    assert headers.get("X-Content-Type-Options") == "nosniff"
+    assert headers.get("X-Frame-Options") == "DENY"
+
+
+def test_security_headers_on_every_response(tmp_path):
+    with serving(tmp_path / "h.sqlite") as url:
+        page = get(url + "/")[1]
+        token = TOKEN.search(page).group(1)
+        for path, data, code in (("/", None, 200), ("/leaderboard", None, 200),
+                                 ("/api/leaderboard", None, 200), ("/no-such-page", None, 404),
+                                 ("/vote", {"token": "forged", "choice": "a"}, 404),
+                                 ("/vote", {"choice": "a"}, 400), ("/", {"x": "1"}, 405),
+                                 ("/vote", {"token": token, "choice": "tie"}, 200)):
+            status, headers = _open(url + path, data)
+            assert status == code, (path, status)
+            _guarded(headers)
+    assert "<script" not in page  # what the policy allows is all the page needs
+
+
+def test_cli_server_names_no_software_even_on_its_own_error_pages(tmp_path):
+    proc, url = _start_cli_server(tmp_path / "n.sqlite")
+    try:
+        status, headers = _open(url + "/")
+        assert status == 200 and headers.get_all("Server") == ["minirepro-arena"]
+        _guarded(headers)
+        host, port = url.rsplit("/", 1)[-1].split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"GET / x HTTP/1.1\r\n\r\n")  # bad syntax: never reaches the app
+            raw = b""
+            while chunk := sock.recv(65536):
+                raw += chunk
+        head = raw.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+        assert head.split()[1] == "400" and "Server: minirepro-arena" in head
+        assert "X-Frame-Options: DENY" in head and "nosniff" in head
+        assert "werkzeug" not in raw.decode("latin-1").lower()
+        assert "python" not in raw.decode("latin-1").lower()
+    finally:
+        _stop(proc)
+
+
+def test_crawler_pairings_are_capped_per_client(tmp_path):
+    db = tmp_path / "c.sqlite"
+    with serving(db, max_open_per_client=5) as url:
+        tokens = [TOKEN.search(get(url + "/")[1]).group(1) for _ in range(9)]
+        store = VoteStore(db)
+        assert store.n_open("127.0.0.1") == 5 and store.n_open() == 5
+        assert post(url + "/vote", {"token": tokens[0], "choice": "a"})[0] == 404  # the oldest went
+        assert post(url + "/vote", {"token": tokens[-1], "choice": "a"})[0] == 200
+        assert store.n_open() == 4 and store.n_votes() == 1
+
+
+def test_unvoted_pairings_expire(tmp_path):
+    db = tmp_path / "t.sqlite"
+    with serving(db, pairing_ttl_s=1.0) as url:
+        tokens = [TOKEN.search(get(url + "/")[1]).group(1) for _ in range(3)]
+        assert post(url + "/vote", {"token": tokens[0], "choice": "b"})[0] == 200
+        time.sleep(1.3)
+        code, page = post(url + "/vote", {"token": tokens[1], "choice": "a"})
+        assert code == 404 and "expired" in page
+        get(url + "/")  # showing a battle sweeps the expired ones out
+        store = VoteStore(db)
+        assert store.n_open() == 1 and store.n_votes() == 1  # votes are never swept
+
+
+def test_store_pairing_caps_and_old_database_migration(tmp_path):
+    db = tmp_path / "old.sqlite"
+    con = sqlite3.connect(db)  # the schema before pairings had an owner
+    con.executescript("""
+        CREATE TABLE pairings (token TEXT PRIMARY KEY, prompt_id TEXT NOT NULL, category TEXT NOT NULL,
+            model_a TEXT NOT NULL, model_b TEXT NOT NULL, created REAL NOT NULL,
+            voted INTEGER NOT NULL DEFAULT 0);
+        INSERT INTO pairings VALUES ('old', 'p', 'c', 'gen-a', 'gen-b', 1.0, 0);""")
+    con.commit()
+    con.close()
+    s = VoteStore(db, pairing_ttl_s=60, max_open_per_client=3, max_open=5)
+    assert s.pairing("old") is None  # created in 1970: long expired
+    for i in range(4):
+        s.new_pairing(f"p{i}", "c", "gen-a", "gen-b", client="10.0.0.1")
+    for i in range(3):
+        s.new_pairing(f"q{i}", "c", "gen-a", "gen-b", client="10.0.0.2")
+    assert s.n_open("10.0.0.1") == 2 and s.n_open("10.0.0.2") == 3 and s.n_open() == 5
+    with pytest.raises(VoteError, match="expired"):
+        s.record_vote("old", "tie")
+    with pytest.raises(ValueError):
+        VoteStore(db, pairing_ttl_s=0)

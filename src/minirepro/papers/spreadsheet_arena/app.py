@@ -7,6 +7,13 @@ then reveals the two generators. ``GET /leaderboard`` (and ``/api/leaderboard``
 as JSON) shows Bradley-Terry ratings with bootstrap intervals from all votes so
 far. Bad requests get 4xx pages; an unexpected failure is a plain 500 page,
 never a traceback.
+
+Every response carries a Content-Security-Policy (no scripts, no frames, forms
+post only here), ``X-Content-Type-Options: nosniff`` and ``X-Frame-Options:
+DENY``; served by :func:`make_arena_server`, its ``Server`` header names the
+arena only, not Werkzeug or Python. Unvoted pairings expire and are capped per
+client (see :mod:`.store`), so crawling ``/`` cannot grow the database without
+bound.
 """
 
 from __future__ import annotations
@@ -18,16 +25,61 @@ from pathlib import Path
 import numpy as np
 from flask import Flask, abort, jsonify, request
 from werkzeug.exceptions import HTTPException
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from minirepro.papers.spreadsheet_arena.features import WorkbookError
 from minirepro.papers.spreadsheet_arena.generators import WorkbookGenerator, default_generators
 from minirepro.papers.spreadsheet_arena.prompts import Prompt, make_prompts
 from minirepro.papers.spreadsheet_arena.ratings import leaderboard
 from minirepro.papers.spreadsheet_arena.render import CSS, pair_html
-from minirepro.papers.spreadsheet_arena.store import VoteError, VoteStore
+from minirepro.papers.spreadsheet_arena.store import (
+    MAX_OPEN_PER_CLIENT,
+    PAIRING_TTL_S,
+    VoteError,
+    VoteStore,
+)
 
 CHOICES = {"a": "model_a", "b": "model_b", "tie": "tie", "both_bad": "both_bad"}
 _LABELS = {"a": "A is better", "b": "B is better", "tie": "Tie", "both_bad": "Both are bad"}
+SERVER_NAME = "minirepro-arena"
+# The pages have no scripts, images or frames; styles are inline; forms post to this origin.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": ("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+                                "frame-ancestors 'none'; base-uri 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class ArenaRequestHandler(WSGIRequestHandler):
+    """Werkzeug's request handler with a ``Server`` header that names neither Werkzeug nor
+    Python, and the security headers on every response, including the server's own error
+    pages for requests that never reach the app (a malformed request line)."""
+
+    def version_string(self) -> str:
+        return SERVER_NAME
+
+    def send_response_only(self, code, message=None):
+        self._arena_sent: set[str] = set()
+        super().send_response_only(code, message)
+
+    def send_header(self, keyword, value):
+        getattr(self, "_arena_sent", set()).add(keyword.lower())
+        super().send_header(keyword, value)
+
+    def end_headers(self):
+        sent = getattr(self, "_arena_sent", set())
+        for k, v in SECURITY_HEADERS.items():
+            if k.lower() not in sent:
+                super().send_header(k, v)
+        self._arena_sent = set()
+        super().end_headers()
+
+
+def make_arena_server(host: str, port: int, app: Flask, threaded: bool = True) -> BaseWSGIServer:
+    """A Werkzeug server for ``app`` that answers with :class:`ArenaRequestHandler`."""
+    return make_server(host, port, app, threaded=threaded, request_handler=ArenaRequestHandler)
 
 
 def _page(title: str, body: str) -> str:
@@ -40,8 +92,14 @@ def _page(title: str, body: str) -> str:
 
 def create_app(db_path: str | Path, seed: int = 0, n_per_category: int = 25,
                generators: list[WorkbookGenerator] | None = None,
-               prompts: list[Prompt] | None = None, n_boot: int = 200) -> Flask:
-    """The arena app over a vote database at ``db_path`` (created if missing)."""
+               prompts: list[Prompt] | None = None, n_boot: int = 200,
+               pairing_ttl_s: float = PAIRING_TTL_S,
+               max_open_per_client: int = MAX_OPEN_PER_CLIENT) -> Flask:
+    """The arena app over a vote database at ``db_path`` (created if missing).
+
+    A battle not voted within ``pairing_ttl_s`` seconds expires; a client holds at most
+    ``max_open_per_client`` unvoted battles (its oldest goes when it asks for more).
+    """
     gens = list(generators) if generators is not None else default_generators()
     if len(gens) < 2 or len({g.name for g in gens}) != len(gens):
         raise ValueError("the arena needs at least two generators with distinct names")
@@ -50,7 +108,7 @@ def create_app(db_path: str | Path, seed: int = 0, n_per_category: int = 25,
         raise ValueError("the arena needs at least one prompt")
     by_name = {g.name: g for g in gens}
     by_prompt = {p.id: p for p in plist}
-    store = VoteStore(db_path)
+    store = VoteStore(db_path, pairing_ttl_s=pairing_ttl_s, max_open_per_client=max_open_per_client)
     rng = np.random.default_rng(seed)
     lock = threading.Lock()
     cache: dict[tuple[str, str], bytes] = {}
@@ -80,7 +138,8 @@ def create_app(db_path: str | Path, seed: int = 0, n_per_category: int = 25,
                 app.logger.warning("skipping a pair: %s", exc if isinstance(exc, WorkbookError)
                                    else type(exc).__name__)
                 continue  # an unusable workbook or a failing model: show another pair
-            token = store.new_pairing(prompt.id, prompt.category, ma, mb)
+            token = store.new_pairing(prompt.id, prompt.category, ma, mb,
+                                      client=request.remote_addr or "")
             buttons = "".join(f"<button type='submit' name='choice' value='{k}'>{v}</button>"
                               for k, v in _LABELS.items())
             form = (f"<form method='post' action='/vote'><input type='hidden' name='token' "
@@ -99,7 +158,7 @@ def create_app(db_path: str | Path, seed: int = 0, n_per_category: int = 25,
         if choice not in CHOICES:
             abort(400, f"choice must be one of {', '.join(CHOICES)}")
         if store.pairing(token) is None:
-            abort(404, "unknown battle token")
+            abort(404, "unknown or expired battle token")
         try:
             p = store.record_vote(token, CHOICES[choice])
         except VoteError as exc:
@@ -139,6 +198,12 @@ def create_app(db_path: str | Path, seed: int = 0, n_per_category: int = 25,
     def leaderboard_json():
         fr = board()
         return jsonify(votes=store.n_votes(), rows=[] if fr is None else fr.to_dict("records"))
+
+    @app.after_request
+    def security_headers(response):
+        for k, v in SECURITY_HEADERS.items():
+            response.headers.setdefault(k, v)
+        return response
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException):

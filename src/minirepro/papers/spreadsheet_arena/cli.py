@@ -52,9 +52,7 @@ def _existing_db(path: str) -> Path:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from werkzeug.serving import make_server
-
-    from minirepro.papers.spreadsheet_arena.app import create_app
+    from minirepro.papers.spreadsheet_arena.app import create_app, make_arena_server
 
     if not 0 <= args.port <= 65535:
         raise _UsageError(f"--port must be in 0..65535, got {args.port}")
@@ -62,7 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise _UsageError("--seed must be >= 0 and --prompts >= 1")
     app = create_app(args.db, seed=args.seed, n_per_category=args.prompts)
     try:
-        server = make_server(args.host, args.port, app, threaded=True)
+        server = make_arena_server(args.host, args.port, app, threaded=True)
     except OSError as exc:
         raise _UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
 
