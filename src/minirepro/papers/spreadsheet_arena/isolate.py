@@ -63,9 +63,11 @@ def _address_space(field: str = "VmSize") -> int:
 
 def _cap_memory(base: int, memory_mb: int) -> int:
     """Cap this process's address space at ``base`` plus ``memory_mb`` MB; returns the cap (0: none)."""
+    if not base:  # no /proc (not Linux): the size to add to is unknown; the deadline still holds
+        return 0
     try:
         import resource
-    except ImportError:  # pragma: no cover - not on POSIX: the deadline still holds
+    except ImportError:  # pragma: no cover - not on POSIX
         return 0
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = base + memory_mb * 2**20
