@@ -76,7 +76,7 @@ def run_seed(cfg: Config, seed: int) -> dict:
             sh = share(phi)
             rows += [dict(seed=seed, arm=arm, evaluator=ev, client=k, value=phi[k], share=sh[k]) for k in range(n)]
         exact = exact_shapley(U)
-        for T in (5, 10, 20, 40, 80, 160):
+        for T in sorted({5, 10, 20, 40, 80, 160, cfg.mc_permutations}):  # the curve, and the evaluators' T
             err = np.abs(monte_carlo_shapley(U, n, T, seed=seed) - exact).max()
             mc.append(dict(seed=seed, arm=arm, permutations=T, max_error=err))
         arms.append(dict(seed=seed, arm=arm, test_acc=test[full], val_acc=U[full],
