@@ -18,6 +18,7 @@ kernel and whatever the kernel started) is stopped, the run is marked FAILED wit
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import io
@@ -493,6 +494,7 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
     runs_dir = check_runs_dir(runs_dir) if runs_dir is not None else None
     base = check_runs_dir(runs_dir or root / "runs").resolve() / chapter.name
     known = set(base.glob(".incomplete-*")) if base.is_dir() else set()
+    failed_before = set(base.glob("*-FAILED")) if base.is_dir() else set()
     t0 = time.perf_counter()
     try:
         with stop_signals_raise():  # SIGTERM/SIGHUP end the sweep like Ctrl-C
@@ -504,10 +506,19 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
                     for combo in combos)
     except KeyboardInterrupt as exc:  # the workers (and their kernels) were killed: say so
         sig = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
+        reason = (f"the sweep was interrupted ({sig}) after {time.perf_counter() - t0:.1f} s; "
+                  f"this run did not finish")
         with _signals_ignored():
             if base.is_dir():
-                mark_abandoned(base, chapter, known, f"the sweep was interrupted ({sig}) after "
-                               f"{time.perf_counter() - t0:.1f} s; this run did not finish")
+                mark_abandoned(base, chapter, known, reason)
+                # a worker may have marked its own run FAILED first (its kernel died with the
+                # sweep): its error.txt then says why the kernel died, so say the cause first
+                for folder in set(base.glob("*-FAILED")) - failed_before:
+                    note = folder / "error.txt"
+                    with contextlib.suppress(OSError):
+                        old = note.read_text(encoding="utf-8") if note.exists() else ""
+                        if reason not in old:
+                            note.write_text(f"{reason}\n{old}", encoding="utf-8")
         raise
     folder = base / f"sweep-{make_run_id({'grid': grid, 'scale': scale})}"
     folder.mkdir(parents=True)
