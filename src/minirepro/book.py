@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +120,15 @@ def _execute_one(path: str, env: dict[str, str], timeout: int, exts: list[str]) 
     os.environ.update(env)
     started = time.time()
     nb = read_notebook(Path(path), MdParserConfig(enable_extensions=set(exts)))
-    result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout,
-                                 allow_errors=False, meta_override=True)
+    from minirepro.kernels import AsyncIPCKernelManager
+
+    try:
+        result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout,
+                                     allow_errors=False, meta_override=True,
+                                     kernel_manager_class=AsyncIPCKernelManager)
+    except Exception:  # noqa: BLE001 - a kernel that would not start: report, don't crash the pool
+        return {"path": path, "seconds": round(time.time() - started, 2), "started": started,
+                "ended": time.time(), "error": traceback.format_exc(), "notebook": None}
     return {"path": path, "seconds": result.time, "started": started, "ended": time.time(),
             "error": result.exc_string if result.err is not None else None,
             "notebook": None if result.err is not None else nbformat.writes(nb)}

@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
+import nbval.kernel
+
 from minirepro import goldens
+from minirepro.kernels import IPCKernelManager
+
+# nbval's kernels on private Unix sockets: with `-n 2`, two kernels starting at once
+# over TCP can race for a port (see minirepro.kernels).
+nbval.kernel.KernelManager = IPCKernelManager
 
 _FRESH = Path(tempfile.mkdtemp(prefix="minirepro-golden-results-"))
 
