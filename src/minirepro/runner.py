@@ -246,7 +246,7 @@ def execute(ipynb: Path, output: Path, params: dict[str, Any], env: dict[str, st
     pfile = output.parent / ".params.yaml"
     pfile.write_text(yaml.safe_dump(params), encoding="utf-8")
     cmd = [sys.executable, "-m", "papermill", str(ipynb), str(output), "-f", str(pfile),
-           "-k", "python3", "--cwd", str(cwd), "--no-progress-bar", "--execution-timeout",
+           "-k", "python3", "--engine", "minirepro", "--cwd", str(cwd), "--no-progress-bar", "--execution-timeout",
            str(timeout), "--log-level", "ERROR"]
     with open(log or os.devnull, "w", encoding="utf-8") as fh:
         # A session of its own: a Ctrl-C in the terminal reaches this process only, which
@@ -437,10 +437,10 @@ def expand_grid(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 
 def _sweep_one(name: str, params: dict[str, Any], scale: str | None, runs_dir: Path | None,
-               root: Path, threads: int | None) -> dict[str, Any]:
+               root: Path) -> dict[str, Any]:
+    """One run of a sweep, as a record; thread counts are left as in a single run."""
     try:
-        run = run_chapter(name, params, scale=scale, runs_dir=runs_dir, root=root,
-                          threads=threads, quiet_bars=True)
+        run = run_chapter(name, params, scale=scale, runs_dir=runs_dir, root=root, quiet_bars=True)
         return {"params": params, "ok": True, "folder": str(run.folder),
                 "metrics": run.results["metrics"], "seconds": run.results["seconds"],
                 "verdicts": {c["id"]: c.get("verdict") for c in run.results["claims"]}}
@@ -489,8 +489,6 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
         raise ChapterError(f"--timeout must be a positive number of seconds, got {show(timeout)}")
     if metric is not None:
         check_metric(chapter, metric, root)
-    # Thread counts are left alone: a chapter gives the same numbers in a sweep as in a run.
-    threads = None
     runs_dir = check_runs_dir(runs_dir) if runs_dir is not None else None
     base = check_runs_dir(runs_dir or root / "runs").resolve() / chapter.name
     known = set(base.glob(".incomplete-*")) if base.is_dir() else set()
@@ -502,7 +500,7 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
                 rows = sweep_dask(chapter, combos, scale, scheduler, base, root, timeout=timeout)
             else:
                 rows = Parallel(n_jobs=jobs, backend=backend)(
-                    delayed(_sweep_one)(chapter.name, combo, scale, runs_dir, root, threads)
+                    delayed(_sweep_one)(chapter.name, combo, scale, runs_dir, root)
                     for combo in combos)
     except KeyboardInterrupt as exc:  # the workers (and their kernels) were killed: say so
         sig = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
@@ -558,7 +556,7 @@ def _remote_one(name: str, params: dict[str, Any], scale: str | None,
     book_root = Path(root) if root else repo_root()
     chapter = get(name, book_root)
     with tempfile.TemporaryDirectory(prefix="minirepro-worker-") as tmp:
-        row = _sweep_one(chapter.name, params, scale, Path(tmp), book_root, None)
+        row = _sweep_one(chapter.name, params, scale, Path(tmp), book_root)
         folder = Path(row["folder"])
         row["payload"] = _pack(folder)
     row["host"] = socket.gethostname()
@@ -810,18 +808,3 @@ def make_golden(name: str, root: Path | None = None) -> Path:
               "tolerances": recorded.get("tolerances", {}), "claims": recorded.get("claims", [])}
     results_path(target).write_text(json.dumps(stored, indent=2, default=str) + "\n", encoding="utf-8")
     return target
-
-
-def clean_failed(name: str | None = None, root: Path | None = None) -> list[Path]:
-    """Remove ``-FAILED`` and stale ``.incomplete-`` run folders; return what was removed."""
-    root = (root or repo_root()).resolve()
-    base = root / "runs"
-    if not base.exists():
-        return []
-    pattern = f"{name}/*" if name else "*/*"
-    removed = []
-    for p in base.glob(pattern):
-        if p.is_dir() and (p.name.endswith("-FAILED") or p.name.startswith(".incomplete-")):
-            shutil.rmtree(p)
-            removed.append(p)
-    return removed
