@@ -86,7 +86,6 @@ from minirepro.core.lm.corpus import (
                                       CorpusConfig,
                                       Example,
                                       build_corpus,
-                                      by_family,
                                       chance_accuracy,
                                       check_answer,
                                       generate_split,
@@ -151,7 +150,7 @@ from minirepro.core.lm.tokenizer import load_tokenizer, save_tokenizer, train_to
 __all__ = [
     "ARCHS", "FAMILIES", "TOPICS", "Corpus", "CorpusConfig", "Example", "HubUnavailable",
     "LMConfig", "PretrainedLM", "TrainConfig", "answer_accuracy", "build_corpus", "build_model",
-    "by_family", "cache_key", "cache_root", "chance_accuracy", "check_answer", "clear_cache",
+    "cache_key", "cache_root", "chance_accuracy", "check_answer", "clear_cache",
     "encode", "generate", "generate_split", "greedy_decode", "hf_config", "load_pretrained",
     "load_tokenizer", "n_params", "overlap", "perplexity", "pretrain", "save_tokenizer",
     "score_answers", "solve", "task_accuracy", "token_nll", "train_tokenizer", "unigram_loss",

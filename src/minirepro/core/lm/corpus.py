@@ -23,11 +23,9 @@ gives the same examples, byte for byte, on every machine.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -382,16 +380,3 @@ def chance_accuracy(cfg: CorpusConfig) -> dict[str, float]:
     out = {f: per[f] for f in cfg.families}
     out["all"] = float(np.mean(list(out.values())))
     return out
-
-
-def by_family(examples: Iterable[Example]) -> dict[str, list[Example]]:
-    """Group examples by family, families in ``FAMILIES`` order."""
-    groups: dict[str, list[Example]] = defaultdict(list)
-    for e in examples:
-        groups[e.family].append(e)
-    return {f: groups[f] for f in FAMILIES if f in groups}
-
-
-def config_json(cfg: object) -> str:
-    """A canonical JSON of a dataclass config (sorted keys), for hashing."""
-    return json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=list)

@@ -34,9 +34,6 @@ from minirepro.papers.caffnet.layer import (
 METHODS: tuple[str, ...] = ("soft penalty", "HardNet-Aff", "fixed projection",
                             "CAffNet (w=0)", "CAffNet")
 HARD_METHODS: tuple[str, ...] = ("fixed projection", "CAffNet (w=0)", "CAffNet")
-# The networks are tiny: one intra-op thread is fastest, and far faster than two
-# when other processes share the cores (OpenMP threads then spin and wait).
-THREADS = 1
 
 
 class EnsembleMLP(nn.Module):
@@ -194,7 +191,7 @@ def train_methods(scenario, data: Data, methods=METHODS, seeds=(0,), *,
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods or not seeds:
         raise ValueError(f"need methods from {METHODS} and at least one seed; got {methods}, {seeds}")
-    set_seed(seeds[0], threads=THREADS)
+    set_seed(seeds[0])
     S, n_train = len(seeds), data.x_train.shape[0]
     f_net = EnsembleMLP([s for _ in methods for s in seeds], scenario.x_dim, scenario.n, hidden)
     w_net = (EnsembleMLP([s + 10_000 for s in seeds], scenario.x_dim, scenario.n, hidden)

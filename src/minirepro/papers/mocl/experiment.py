@@ -34,9 +34,6 @@ METHODS: tuple[str, ...] = ("MoCL", "GPM", "SGP", "EWC", "fine-tuning")
 ABLATIONS: tuple[str, ...] = ("MoCL (no gate)", "MoCL (Shannon)", "MoCL (hard projection)",
                               "MoCL (no decay)")
 JOINT = "joint"
-# one intra-op thread: these matrices are tiny, and a second thread only adds
-# synchronisation (60x slower per step when the two cores are shared)
-THREADS = 1
 METHOD_KEYS: dict[str, str] = {"mocl": "MoCL", "gpm": "GPM", "sgp": "SGP", "ewc": "EWC",
                                "fine-tuning": "fine-tuning", "joint": JOINT}
 
@@ -155,7 +152,7 @@ def run_stream(method_name: str, cfg: MoCLConfig, seed: int,
 
     ``set_seed(seed)`` first: same arguments, same result.
     """
-    set_seed(seed, threads=THREADS)
+    set_seed(seed)
     tasks = tasks if tasks is not None else make_benchmark(cfg.benchmark, cfg.n_tasks, seed,
                                                             cfg.n_train)
     gen = torch.Generator().manual_seed(seed)
@@ -187,7 +184,7 @@ def run_joint(cfg: MoCLConfig, seed: int, tasks: list[Task] | None = None) -> Ru
 
     Its ``R`` has the final accuracies in every row (there is no sequence).
     """
-    set_seed(seed, threads=THREADS)
+    set_seed(seed)
     tasks = tasks if tasks is not None else make_benchmark(cfg.benchmark, cfg.n_tasks, seed,
                                                             cfg.n_train)
     gen = torch.Generator().manual_seed(seed)
@@ -371,7 +368,7 @@ def time_per_task(results: list[RunResult], cfg: MoCLConfig, seed: int, methods:
             m.remember(w, task, layer_statistics(w, task.X_train[:cfg.n_memory], task.classes, gen))
 
         fns[name] = one_task
-    set_seed(seed, threads=THREADS)
+    set_seed(seed)
     return compare_times(fns, repeats=repeats, warmup=1)
 
 

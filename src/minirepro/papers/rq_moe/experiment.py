@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 
 from minirepro.core import ScaledConfig, progress, set_seed
+from minirepro.core.seed import threads_from_env
 from minirepro.core.stats import seed_summary
 from minirepro.papers.rq_moe.baselines import BASELINES, FaissQuantizer
 from minirepro.papers.rq_moe.data import VectorSplits, load_vectors
@@ -20,10 +21,6 @@ from minirepro.papers.rq_moe.quantizers import QINCo, RQMoE
 from minirepro.papers.rq_moe.train import data_scale, train_quantizer
 
 NEURAL: tuple[str, ...] = ("RQ-MoE", "QINCo")
-# One intra-op thread for torch and faiss: the matrices here are too small to gain from a
-# second thread (on a shared machine a second thread mostly spins), and a fixed count keeps
-# the recorded numbers identical from machine to machine.
-THREADS = 1
 METHODS: tuple[str, ...] = NEURAL + BASELINES
 
 
@@ -99,8 +96,8 @@ def run_setting(splits: VectorSplits, cfg: Config, M: int, seed: int,
         raise ValueError(f"unknown methods {sorted(unknown)}; expected some of {METHODS}")
     import faiss
 
-    set_seed(seed, threads=THREADS)
-    faiss.omp_set_num_threads(THREADS)
+    set_seed(seed)
+    faiss.omp_set_num_threads(threads_from_env())
     xt, xb, xq = splits.train, splits.database, splits.queries
     gt = true_neighbours(xq, xb)
     models: dict[str, Any] = {}
@@ -180,7 +177,7 @@ def decode_time_curve(cfg: Config, n_codes: int | None = None, seed: int = 0) ->
     from minirepro.core import compare_times
     from minirepro.papers.rq_moe.evaluate import sequential_depth
 
-    set_seed(seed, threads=THREADS)
+    set_seed(seed)
     n_codes = n_codes or cfg.n_database
     rows = []
     for M in progress(cfg.timing_M, desc="decode timing"):

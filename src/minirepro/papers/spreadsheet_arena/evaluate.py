@@ -52,10 +52,6 @@ ERROR_TEXTS = ("#DIV/0!", "#VALUE!", "#REF!", "#NAME?", "#N/A", "#NUM!", "#NULL!
 _EXCEL_EPOCH = dt.datetime(1899, 12, 30)
 
 
-class EvaluationError(RuntimeError):
-    """A workbook's formulas could not be evaluated within the limits."""
-
-
 @dataclass
 class Evaluation:
     """Values of every formula cell: ``values[(SHEET, row, col)]``; errors as their text."""
@@ -232,4 +228,3 @@ def _out_of_memory(exc: BaseException | None) -> bool:
 def _errors(values: dict) -> dict:
     return {k: str(v) for k, v in values.items()
             if isinstance(v, XlError) or (isinstance(v, str) and v in ERROR_TEXTS)}
-

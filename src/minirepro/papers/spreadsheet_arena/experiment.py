@@ -217,13 +217,6 @@ def expert_comparison(pool: Pool, df: pd.DataFrame, category: str = "finance") -
                         pairwise_agreement(np.array(w), np.array(l_)))
 
 
-def plain_vs_controlled(pool: Pool, style: StyleResult, voters: VoterModel) -> pd.DataFrame:
-    """Per category: Kendall tau of planted theta with style-controlled strengths b."""
-    theta = np.array([voters.theta[g] for g in pool.generators])
-    return pd.DataFrame([{"category": c, "tau_controlled_vs_theta": kendalltau(f.b, theta).statistic}
-                         for c, f in style.fits.items()])
-
-
 @dataclass
 class SeedRun:
     """Everything one seed's arena gives: votes, leaderboard, online Elo spread, style, expert."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -417,8 +417,3 @@ class CallableGenerator:
 def default_generators() -> list[ProgrammaticGenerator]:
     """The six stand-in models, in a fixed order."""
     return [ProgrammaticGenerator(p) for p in PROFILES.values()]
-
-
-def habit_names() -> list[str]:
-    """The habit field names of :class:`Habits`, in order."""
-    return [f.name for f in fields(Habits)]
