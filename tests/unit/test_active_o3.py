@@ -284,6 +284,42 @@ def test_canvases_hold_one_to_three_digits_inside_and_the_view_is_pooled():
         make_canvases(0, 0)
 
 
+def test_digits_are_pasted_at_their_native_8x8_and_shrink_to_2x2_in_the_global_view():
+    from sklearn.datasets import load_digits
+
+    from minirepro.papers.active_o3.canvas import DIGIT, VIEW, digit_images
+
+    native = load_digits().images / 16.0
+    imgs, labels = digit_images("test")
+    assert DIGIT == 8 and imgs.shape[1:] == (8, 8)
+    assert np.allclose(imgs, native[1::2], atol=1e-6) and (labels == load_digits().target[1::2]).all()
+    cv = make_canvases(20, 5, "test")
+    for i, (bxs, labs) in enumerate(zip(cv.boxes, cv.labels)):
+        assert ((bxs[:, 2] - bxs[:, 0]) == DIGIT).all() and ((bxs[:, 3] - bxs[:, 1]) == DIGIT).all()
+        for b, lab in zip(bxs, labs):  # each pasted patch is one of the held-out digits of its label, unscaled
+            patch = cv.images[i, b[1]:b[3], b[0]:b[2]].numpy()
+            assert np.abs(imgs[labels == lab] - patch).reshape(-1, 64).max(1).min() < 1e-6
+    assert DIGIT * VIEW // 96 == 2  # a digit spans 2x2 pixels of the global view (3x3 when it straddles)
+
+
+def test_distractors_are_no_larger_than_a_digit():
+    from scipy.ndimage import label as components
+
+    from minirepro.papers.active_o3.canvas import DIGIT
+
+    cv = make_canvases(40, 7)
+    img = cv.images.clone()
+    for i, bxs in enumerate(cv.boxes):
+        for b in bxs:
+            img[i, b[1]:b[3], b[0]:b[2]] = 0
+    for i in range(len(cv)):  # what is lit now are distractors (kept 2 px apart): each fits a digit's box
+        comp, n = components(img[i].numpy() > 0, structure=np.ones((3, 3)))
+        assert n >= 2
+        for c in range(1, n + 1):
+            yy, xx = np.nonzero(comp == c)
+            assert np.ptp(yy) < DIGIT and np.ptp(xx) < DIGIT
+
+
 def test_grid_actions_lie_inside_the_canvas_in_side_row_column_order():
     a = grid_actions()
     assert a.shape == (256, 4) and a.min() >= 0 and a[:, 2:].max() <= 96
@@ -323,3 +359,5 @@ def test_the_committed_task_model_matches_its_manifest_quality():
     quality = artifacts.read_manifest(artifacts.artifacts_root() / NAME)["quality"]
     assert acc == pytest.approx(quality["held-out digit accuracy"], abs=2e-3)
     assert acc > 0.5  # far above chance (0.1): zoomed digits are readable
+    read = ex.readability(model, make_canvases(60, ex.EVAL_SEED, "test"))  # the premise
+    assert read["global view"] <= 0.2 and read["full resolution"] > 0.5

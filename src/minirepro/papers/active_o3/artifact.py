@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from minirepro.core import artifacts, set_seed
 from minirepro.papers.active_o3.boxes import grid_actions
-from minirepro.papers.active_o3.canvas import digit_images, make_canvases
+from minirepro.papers.active_o3.canvas import DIGIT, digit_images, make_canvases
 from minirepro.papers.active_o3.loading import CURVE, NAME, WEIGHTS, load_model
 from minirepro.papers.active_o3.taskmodel import (
     CROP,
@@ -55,8 +55,8 @@ def training_crops(spec: TaskModelRecipe) -> tuple[torch.Tensor, torch.Tensor]:
         jit = []
         for g in cv.boxes[i]:  # boxes around each digit, of random size and offset
             for _ in range(4):
-                s = int(rng.integers(14, 42))
-                cx, cy = (g[0] + g[2]) / 2 + rng.normal(0, 3), (g[1] + g[3]) / 2 + rng.normal(0, 3)
+                s = int(rng.integers(DIGIT + 2, DIGIT * 7 // 2))  # 1.25 to 3.4 digit sides
+                cx, cy = (g[0] + g[2]) / 2 + rng.normal(0, DIGIT / 4), (g[1] + g[3]) / 2 + rng.normal(0, DIGIT / 4)
                 x1 = int(np.clip(round(cx - s / 2), 0, 96 - s))
                 y1 = int(np.clip(round(cy - s / 2), 0, 96 - s))
                 jit.append((x1, y1, x1 + s, y1 + s))
@@ -72,11 +72,12 @@ def training_crops(spec: TaskModelRecipe) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def digit_test_crops() -> tuple[torch.Tensor, torch.Tensor]:
-    """The held-out digits (``"test"`` half) alone, centred in a 16x16 box, as 24x24 crops:
-    the task model's general ability, measured without any canvas."""
+    """The held-out digits (``"test"`` half) alone, centred in a box 2 pixels wider on each side
+    (as a digit's tight box on a canvas), as 24x24 crops: the task model's general ability,
+    measured without any canvas."""
     imgs, labels = digit_images("test")
-    pad = np.zeros((len(imgs), 16, 16), dtype=np.float32)
-    pad[:, 2:14, 2:14] = imgs
+    pad = np.zeros((len(imgs), DIGIT + 4, DIGIT + 4), dtype=np.float32)
+    pad[:, 2:DIGIT + 2, 2:DIGIT + 2] = imgs
     crops = F.interpolate(torch.from_numpy(pad)[:, None], size=(CROP, CROP), mode="bilinear",
                           align_corners=False)[:, 0]
     return crops, torch.from_numpy(labels)

@@ -1,9 +1,12 @@
 """[reconstruction] The miniature's images: 96x96 canvases with 1-3 small digits and distractors.
 
-Digits are scikit-learn's bundled ``load_digits`` (8x8, 16 grey levels), upscaled to
-12x12 and pasted at random, non-overlapping places; distractors are bright squares,
-thin lines and noise patches. The 24x24 *global view* (4x4 average pooling) shrinks a
-digit to 3x3 pixels, where it cannot be read. The digit images are split in two halves:
+Digits are scikit-learn's bundled ``load_digits`` (8x8, 16 grey levels), pasted at their
+native size at random, non-overlapping places; distractors are bright squares, thin lines
+and noise patches of the same scale (squares of side 1/2 to 3/4 of a digit, lines and noise
+patches as long as a digit). The 24x24 *global view* (4x4 average pooling) shrinks a digit
+to 2x2 pixels (spread over at most 3x3 when it straddles the pooling blocks), where it
+cannot be read. (A first design upscaled the digits to 12x12; at 3x3 pixels in the global
+view the frozen task model still read a third of them.) The digit images are split in two halves:
 the task model and the GRPO training canvases use the ``"train"`` half, the evaluation
 canvases (held-out layouts, from a disjoint seed stream) the ``"test"`` half.
 """
@@ -19,7 +22,7 @@ import torch.nn.functional as F
 
 CANVAS = 96  # canvas side, pixels
 VIEW = 24  # global view side, pixels (4x4 average pooling)
-DIGIT = 12  # pasted digit side, pixels
+DIGIT = 8  # pasted digit side, pixels (load_digits' native size)
 SPLITS = ("train", "test")
 
 
@@ -29,12 +32,13 @@ def _digits() -> tuple[np.ndarray, np.ndarray]:
 
     d = load_digits()
     imgs = torch.tensor(d.images / 16.0, dtype=torch.float32)[:, None]
-    big = F.interpolate(imgs, size=(DIGIT, DIGIT), mode="bilinear", align_corners=False)[:, 0]
-    return big.clamp(0, 1).numpy(), d.target.astype(np.int64)
+    if DIGIT != imgs.shape[-1]:
+        imgs = F.interpolate(imgs, size=(DIGIT, DIGIT), mode="bilinear", align_corners=False)
+    return imgs[:, 0].clamp(0, 1).numpy(), d.target.astype(np.int64)
 
 
 def digit_images(split: str) -> tuple[np.ndarray, np.ndarray]:
-    """The 12x12 digit images of one half of ``load_digits``: ``(images [n,12,12], labels [n])``.
+    """The digit images of one half of ``load_digits``: ``(images [n, DIGIT, DIGIT], labels [n])``.
 
     Even indices are ``"train"``, odd indices ``"test"``.
     """
@@ -103,7 +107,7 @@ def make_canvases(n: int, seed: int, split: str = "train", max_digits: int = 3,
                     break
         for _ in range(int(rng.integers(n_distractors[0], n_distractors[1] + 1))):
             kind = int(rng.integers(3))
-            s = int(rng.integers(6, 10)) if kind == 0 else 12
+            s = int(rng.integers(DIGIT // 2, DIGIT * 3 // 4 + 1)) if kind == 0 else DIGIT  # digit-scaled
             for _try in range(50):
                 x, y = (int(v) for v in rng.integers(0, CANVAS - s, size=2))
                 if _free(occupied, (x, y, x + s, y + s), 2):
