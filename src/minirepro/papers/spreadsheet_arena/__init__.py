@@ -8,3 +8,6 @@ bootstrap, online Elo, style control), :mod:`.expert` (finance checker),
 :mod:`.render` (HTML), :mod:`.store` (SQLite votes), :mod:`.app` (Flask), :mod:`.cli`,
 :mod:`.experiment` (the chapter's experiments), :mod:`.plots` (its figures).
 """
+
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("ratings", "expert")

@@ -23,7 +23,10 @@ CHECKS: dict[str, str] = {
 
 
 def finance_checklist(f: dict[str, float]) -> dict[str, bool]:
-    """Pass/fail of each check in :data:`CHECKS` for a feature dict from ``extract_features``."""
+    """[reconstruction] of the expert review: pass/fail of each check in :data:`CHECKS`.
+
+    ``f`` is a feature dict from ``extract_features``.
+    """
     missing = [k for k in ("formula_share", "literal_formula_share", "blue_input_share",
                            "black_formula_share", "n_errors", "eval_complete",
                            "number_format_share", "n_formulas") if k not in f]
@@ -41,20 +44,23 @@ def finance_checklist(f: dict[str, float]) -> dict[str, bool]:
 
 
 def expert_score(f: dict[str, float]) -> float:
-    """Share of checks passed, in [0, 1]."""
+    """[reconstruction] expert score of one workbook: share of checks passed, in [0, 1]."""
     c = finance_checklist(f)
     return sum(c.values()) / len(c)
 
 
 def meets_best_practice(f: dict[str, float]) -> bool:
-    """True only if every check passes."""
+    """[reconstruction] best practice met: True only if every check passes."""
     return all(finance_checklist(f).values())
 
 
 def expert_table(features: list[list[dict | None]], generators: list[str], categories: list[str],
                  category: str = "finance") -> pd.DataFrame:
-    """Per generator, over its workbooks for ``category`` prompts: mean score, share meeting all
-    checks, and the pass rate of each check. ``features[p][k]`` as in :class:`voters.Pool`."""
+    """[reconstruction] expert review per generator over its ``category`` workbooks.
+
+    Mean score, share meeting all checks, and the pass rate of each check.
+    ``features[p][k]`` as in :class:`voters.Pool`.
+    """
     rows = []
     for k, g in enumerate(generators):
         fs = [features[p][k] for p, c in enumerate(categories) if c == category and features[p][k]]
@@ -68,7 +74,10 @@ def expert_table(features: list[list[dict | None]], generators: list[str], categ
 
 
 def pairwise_agreement(winner_scores: np.ndarray, loser_scores: np.ndarray) -> float:
-    """Share of decisive votes whose winner the expert also scores higher (expert ties dropped)."""
+    """[reconstruction] crowd-expert agreement: share of decisive votes the expert also ranks so.
+
+    A vote agrees if the expert scores its winner higher; expert ties are dropped.
+    """
     win, lose = np.asarray(winner_scores, float), np.asarray(loser_scores, float)
     if win.shape != lose.shape:
         raise ValueError(f"shapes differ: {win.shape} vs {lose.shape}")
@@ -78,7 +87,10 @@ def pairwise_agreement(winner_scores: np.ndarray, loser_scores: np.ndarray) -> f
 
 
 def rank_agreement(arena: np.ndarray, expert: np.ndarray) -> float:
-    """Kendall's tau between two score vectors over the same models (tau-b, ties allowed)."""
+    """[reconstruction] arena-expert rank agreement: Kendall's tau-b of two score vectors.
+
+    Both vectors score the same models; ties are allowed.
+    """
     arena, expert = np.asarray(arena, float), np.asarray(expert, float)
     if arena.shape != expert.shape or arena.ndim != 1 or len(arena) < 2:
         raise ValueError(f"need two 1-D score vectors of equal length >= 2, got {arena.shape}, {expert.shape}")

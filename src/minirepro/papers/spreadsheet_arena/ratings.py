@@ -23,7 +23,9 @@ _COLUMNS = ("model_a", "model_b", "winner")
 
 
 def check_battles(df: pd.DataFrame, models: list[str] | None = None) -> list[str]:
-    """Validate a votes frame and return the model names (sorted, or ``models`` if given).
+    """Eq. (spreadsheetarena-eq-bt-fit), its input: validate votes, return model names.
+
+    The names come sorted, or as ``models`` if given.
 
     Raises:
         ValueError: a column is missing, a winner is not one of ``OUTCOMES``, a model is
@@ -71,7 +73,10 @@ def _contrib(cells: np.ndarray, k: int) -> np.ndarray:
 
 
 def win_matrix(df: pd.DataFrame, models: list[str]) -> np.ndarray:
-    """``W[i, j]``: total score of i against j (a win 1, a tie or both-bad 0.5); shape (K, K)."""
+    """Eq. (spreadsheetarena-eq-bt-fit): ``W[i, j]``, i's total score against j; (K, K).
+
+    A win counts 1, a tie or both-bad 0.5 to each side.
+    """
     models = check_battles(df, models)
     cells, counts = _cells(df, models)
     return (counts @ _contrib(cells, len(models))).reshape(len(models), len(models))
@@ -79,7 +84,7 @@ def win_matrix(df: pd.DataFrame, models: list[str]) -> np.ndarray:
 
 def fit_bt(W: np.ndarray, anchor: int = 0, ridge: float = 1e-6, max_iter: int = 100,
            tol: float = 1e-10) -> np.ndarray:
-    """Bradley-Terry strengths by Newton's method, batched over leading axes.
+    """Eq. (spreadsheetarena-eq-bt-fit): Bradley-Terry strengths by Newton, batched; (..., K).
 
     Maximises sum_{i != j} W_ij log sigmoid(b_i - b_j) - (ridge / 2) |b|^2 with b_anchor = 0.
 
@@ -119,14 +124,14 @@ def fit_bt(W: np.ndarray, anchor: int = 0, ridge: float = 1e-6, max_iter: int = 
 
 
 def to_elo(b: np.ndarray, anchor: int = 0, base: float = 1000.0) -> np.ndarray:
-    """Elo-scale ratings ``base + 400/ln(10) * (b - b_anchor)``, same shape as ``b``."""
+    """Eq. (spreadsheetarena-eq-bt): Elo ratings ``base + 400/ln(10) * (b - b_anchor)``; shape of b."""
     b = np.asarray(b, float)
     return base + ELO_SCALE * (b - b[..., anchor:anchor + 1])
 
 
 @dataclass
 class Leaderboard:
-    """BT ratings on the Elo scale with percentile bootstrap intervals, one row per model."""
+    """Eq. (spreadsheetarena-eq-bt) with bootstrap intervals: Elo ratings, one row per model."""
 
     models: list[str]
     rating: np.ndarray
@@ -143,7 +148,7 @@ class Leaderboard:
 
 def bootstrap_bt(df: pd.DataFrame, models: list[str], n_boot: int, rng: np.random.Generator,
                  anchor: int = 0) -> np.ndarray:
-    """BT Elo ratings of ``n_boot`` bootstrap resamples of the battles: shape (n_boot, K).
+    """[reconstruction] vote bootstrap of Eq. (spreadsheetarena-eq-bt): (n_boot, K) Elo ratings.
 
     Resampling battles with replacement is a multinomial draw over the distinct
     (model_a, model_b, outcome) cells, so every resample is fitted in one batched Newton solve.
@@ -161,7 +166,10 @@ def bootstrap_bt(df: pd.DataFrame, models: list[str], n_boot: int, rng: np.rando
 def leaderboard(df: pd.DataFrame, models: list[str] | None = None, n_boot: int = 200,
                 rng: np.random.Generator | None = None, anchor: str | int = 0,
                 level: float = 0.95) -> Leaderboard:
-    """The arena's table: BT point ratings and ``level`` bootstrap intervals (Elo scale)."""
+    """Eq. (spreadsheetarena-eq-bt) and its bootstrap: the arena's table, Elo scale.
+
+    BT point ratings and percentile intervals at ``level``.
+    """
     models = check_battles(df, models)
     a = models.index(anchor) if isinstance(anchor, str) else int(anchor)
     rng = rng if rng is not None else np.random.default_rng(0)
@@ -174,7 +182,9 @@ def leaderboard(df: pd.DataFrame, models: list[str] | None = None, n_boot: int =
 
 def online_elo(df: pd.DataFrame, models: list[str], k_factor: float = 16.0,
                order: np.ndarray | None = None, init: float = 1000.0) -> np.ndarray:
-    """Sequential Elo: after each battle R_a += K (s_a - E_a), E_a = 1 / (1 + 10^((R_b - R_a)/400)).
+    """Eq. (spreadsheetarena-eq-elo): sequential online Elo, one update per battle, in order.
+
+    After each battle R_a += K (s_a - E_a), E_a = 1 / (1 + 10^((R_b - R_a)/400)).
 
     Returns:
         The rating trajectory, shape (n_battles + 1, K); the result depends on ``order``.
@@ -198,7 +208,7 @@ def online_elo(df: pd.DataFrame, models: list[str], k_factor: float = 16.0,
 
 @dataclass
 class StyleFit:
-    """Feature-controlled Rao-Kupper fit: strengths, feature coefficients, their s.e., tau."""
+    """Eq. (spreadsheetarena-eq-style), fitted: strengths b, coefficients gamma, their s.e., tau."""
 
     models: list[str]
     b: np.ndarray
@@ -257,7 +267,9 @@ def _rk_hessian(params, D, X, y, k_free, ridge, h=1e-5):
 def fit_style_control(df: pd.DataFrame, feats_a: np.ndarray, feats_b: np.ndarray,
                       models: list[str] | None = None, anchor: int | list[int] = 0,
                       ridge: float = 1e-4) -> StyleFit:
-    """Fit P(A) = sigmoid(d - tau), P(B) = sigmoid(-d - tau), d = b_A - b_B + gamma . (x_A - x_B).
+    """Eq. (spreadsheetarena-eq-style): feature-controlled Rao-Kupper fit by Newton's method.
+
+    Fits P(A) = sigmoid(d - tau), P(B) = sigmoid(-d - tau), d = b_A - b_B + gamma . (x_A - x_B).
 
     "both_bad" votes are dropped (they carry no direction); ties are modelled.
 
