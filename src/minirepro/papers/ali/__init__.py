@@ -3,7 +3,7 @@
 * ``render``: the procedural scenes (height-field normals, textured albedo, Blinn-Phong
   materials, coloured lights) and the shifted domain.
 * ``metrics``: RMSE, PSNR and SSIM (scikit-image's SSIM, in torch), per material region.
-* ``models``: Latent Intrinsics (encoder, decoder), the prior trunk, ALI's fusion, Eq. (4).
+* ``models``: Latent Intrinsics (encoder, decoder), the prior trunk, ALI's fusion, Eq. (ali-eq-fusion), and L_reg, Eq. (ali-eq-reg).
 * ``priors``: the semantic and dense priors and their linear probe.
 * ``train``: the LI loss and Stages I-III.
 * ``experiment``: the chapter's config and the runs over seeds.
@@ -128,3 +128,6 @@ __all__ = [
     "train_seed",
     "train_stage",
 ]
+
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("models", "priors", "train")

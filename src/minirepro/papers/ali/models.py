@@ -6,8 +6,8 @@
   entering by feature-wise modulation (FiLM). [reconstruction: the paper's decoder is
   LumiNet's diffusion model; ours is deterministic.]
 * :class:`PriorEncoder`: the frozen prior's convolutional trunk and its hypercolumn ``H``.
-* :class:`Relighter`: ``A = Proj(H) + S`` (Eq. (3)) and ``D(A(x_content), L(x_reference))``.
-* :func:`coding_rate`, :func:`rate_regulariser`: the regulariser ``L_reg`` (Eq. (4)).
+* :class:`Relighter`: ``A = Proj(H) + S`` (Eq. (ali-eq-fusion)) and ``D(A(x_content), L(x_reference))``.
+* :func:`coding_rate`, :func:`rate_regulariser`: the regulariser ``L_reg`` (Eq. (ali-eq-reg)).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from minirepro.papers.ali.metrics import check_images
 
 
 def coding_rate(a: torch.Tensor, lam: float = 1.0) -> torch.Tensor:
-    """Eq. (4): ``R(A) = logdet(I + d / (n lam^2) A^T A)`` for ``A`` of shape (n, d)."""
+    """Eq. (ali-eq-reg): the coding rate ``R(A) = logdet(I + d / (n lam^2) A^T A)`` for ``A`` (n, d)."""
     if a.ndim != 2 or a.shape[0] < 1:
         raise ValueError(f"coding_rate needs a 2-D (n, d) matrix, got shape {tuple(a.shape)}")
     if not lam > 0:
@@ -31,7 +31,7 @@ def coding_rate(a: torch.Tensor, lam: float = 1.0) -> torch.Tensor:
 
 
 def rate_regulariser(a: torch.Tensor, lam: float = 1.0, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Eq. (4): ``L_reg(A) = (R(A) - R(A_hat))^2`` with the rows of ``A`` (n, d) put on the unit
+    """Eq. (ali-eq-reg): ``L_reg(A) = (R(A) - R(A_hat))^2`` with the rows of ``A`` (n, d) put on the unit
     sphere and ``A_hat`` (n, d) drawn uniformly on it: keeps the codes spread out, not collapsed."""
     a = F.normalize(a, dim=1)
     ref = F.normalize(torch.randn(a.shape, generator=generator, dtype=a.dtype), dim=1)
@@ -101,7 +101,7 @@ class PriorEncoder(nn.Module):
 
 
 class Relighter(nn.Module):
-    """§3-4: LI, or ALI when a frozen ``prior`` is given: ``A = Proj(H) + S`` (Eq. (3)).
+    """Eqs. (ali-eq-fusion, ali-eq-relight), §3-4: LI, or ALI when a frozen ``prior`` gives ``A = Proj(H) + S``.
 
     ``Proj`` is a 1x1 convolution initialised to zero, so fusion starts from LI exactly.
     """
@@ -123,7 +123,7 @@ class Relighter(nn.Module):
         nn.init.zeros_(self.proj.bias)
 
     def codes(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Eq. (3): the (augmented) intrinsic code ``A`` (N, c_s, H, W) and the light code ``L`` (N, c_l)."""
+        """Eq. (ali-eq-fusion): the (augmented) intrinsic code ``A`` (N, c_s, H, W) and the light code ``L`` (N, c_l)."""
         s, light = self.encoder(x)
         if self.prior is not None:
             with torch.no_grad():
@@ -132,7 +132,7 @@ class Relighter(nn.Module):
         return s, light
 
     def relight(self, content: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-        """Eq. (1): ``D(A(content), L(reference))``: the content's scene under the reference's light.
+        """Eq. (ali-eq-relight): ``D(A(content), L(reference))``: the content's scene under the reference's light.
 
         Both are (N, 3, H, W) in [0, 1]; the reference enters only through its light code.
         """
@@ -150,6 +150,6 @@ class Relighter(nn.Module):
 
 
 def n_params(module: nn.Module) -> int:
-    """The number of parameters of ``module``."""
+    """[reconstruction] Capacity check: the number of parameters of ``module`` (the priors' trunks match by it)."""
     return sum(p.numel() for p in module.parameters())
 

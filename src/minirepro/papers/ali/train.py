@@ -1,6 +1,6 @@
 """Training: the LI loss, ALI's stages I-III, and the pseudo-pairs of the self-supervised stage.
 
-* base: LI itself, encoder and decoder trained together (Eq. (2)).
+* base: LI itself, encoder and decoder trained together (Eq. (ali-eq-loss)).
 * Stage I: encoder and ``Proj`` train, the decoder is frozen (§4.1).
 * Stage II: only the decoder trains (§4.2).
 * Stage III: the decoder trains on pseudo-pairs from the unlabeled shifted domain,
@@ -39,13 +39,13 @@ def _pixels(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 def li_loss(model: Relighter, x: torch.Tensor, generator: torch.Generator, w_intrinsic: float = 0.1,
             w_reg: float = 0.01, lam: float = 1.0, n_pixels: int | None = None) -> torch.Tensor:
-    """Eq. (2): relight + intrinsic-consistency + coding-rate losses on one batch of scenes.
+    """Eqs. (ali-eq-loss, ali-eq-reg): relight + intrinsic-consistency + coding-rate losses on one batch.
 
     ``x`` (B, M, 3, H, W) holds the M lights of each of B scenes (batches group the lights
     of one scene, as in the paper). Each image is relit to another light of its scene:
     ``D(A(x_{s,m}), L(x_{s,m'}))`` against ``x_{s,m'}``. The intrinsic term is the spread of
     ``A`` over a scene's lights relative to its total variance; the regulariser applies
-    Eq. (4) to 256 random per-pixel intrinsic vectors and to the light codes. The decoder is
+    Eq. (ali-eq-reg) to 256 random per-pixel intrinsic vectors and to the light codes. The decoder is
     per-pixel, so the relight term may use ``n_pixels`` random pixels per image.
     """
     if x.ndim != 5 or x.shape[2] != 3:
@@ -96,7 +96,7 @@ def pseudo_pair_loss(model: Relighter, x: torch.Tensor, generator: torch.Generat
 
 
 def set_trainable(model: Relighter, stage: str) -> list[torch.nn.Parameter]:
-    """Freeze everything but the parts that train in ``stage`` (:data:`STAGES`); return their parameters."""
+    """§3-4 (Stages I-III): freeze all but the parts that train in ``stage`` (:data:`STAGES`); return those."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
     for p in model.parameters():
