@@ -113,3 +113,6 @@ __all__ = [
     "transitions",
     "trial_table",
 ]
+
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("conditions", "models", "analysis")

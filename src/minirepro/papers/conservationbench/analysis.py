@@ -44,9 +44,9 @@ def _correct(d: pd.DataFrame) -> pd.Series:
 
 
 def accuracy_table(ans: pd.DataFrame) -> pd.DataFrame:
-    """§4 (Tabs. 5-6): per model, accuracy on conserving items (C), on controls (NC), their
-    mean, strict paired accuracy (a pair counts when both its items are right under the
-    same condition) and the FAIL rate, over the ``video`` probe. Fractions in [0, 1]."""
+    """Eq. (conservationbench-eq-acc), §4 (Tabs. 5-6): per model, accuracy on conserving items (C),
+    on controls (NC), their mean, strict paired accuracy (a pair counts when both its items are
+    right under the same condition) and the FAIL rate, over the ``video`` probe. Fractions in [0, 1]."""
     v = _check(ans)
     v = v[v["probe"] == "video"].assign(ok=lambda d: _correct(d), fail=lambda d: d["pred"] == "FAIL")
     if len(v) == 0:
@@ -63,7 +63,7 @@ def accuracy_table(ans: pd.DataFrame) -> pd.DataFrame:
 
 
 def accuracy_by(ans: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Item accuracy per model and value of ``column`` (e.g. ``n_frames``, ``prop``), video probe."""
+    """§4: item accuracy per model and value of ``column`` (e.g. ``n_frames``, ``prop``), video probe."""
     v = _check(ans)
     v = v[v["probe"] == "video"]
     return _correct(v).groupby([v["model"], v[column]], observed=True).mean().unstack(column)
@@ -84,8 +84,9 @@ def cross_model_correlation(table: pd.DataFrame) -> tuple[float, float]:
 
 
 def frame_count_anova(ans: pd.DataFrame) -> dict[str, float]:
-    """§4 (frame count): one-way repeated-measures ANOVA of accuracy over frame counts,
-    models as subjects (statsmodels ``AnovaRM``). Returns F, its degrees of freedom and p."""
+    """Eq. (conservationbench-eq-anova), §4 (frame count): repeated-measures ANOVA of accuracy over
+    frame counts, models as subjects (statsmodels ``AnovaRM``). Returns F, its degrees of freedom
+    and p."""
     from statsmodels.stats.anova import AnovaRM
 
     acc = accuracy_by(ans, "n_frames").stack().rename("acc").reset_index()
@@ -139,7 +140,7 @@ def transitions(ans: pd.DataFrame, probe: str) -> pd.DataFrame:
 
 
 def same_share(ans: pd.DataFrame, probe: str) -> pd.Series:
-    """Per model, the share of "same" among its answers under ``probe`` (a third if unbiased)."""
+    """§4 (vision removal): per model, the share of "same" among its answers under ``probe`` (1/3 if unbiased)."""
     v = _check(ans)
     pr = v[v["probe"] == probe]
     if len(pr) == 0:

@@ -40,7 +40,7 @@ QUESTIONS = {
 
 
 def frame_change(video: Video) -> np.ndarray:
-    """Pixel change of each frame from the previous one, ``(N_SOURCE - 1,)`` (grey levels)."""
+    """[reconstruction] Saliency's signal: pixel change of each frame from the previous, ``(N_SOURCE - 1,)``."""
     return np.abs(np.diff(video.frames.astype(np.int16), axis=0)).sum(axis=(1, 2))
 
 
@@ -90,7 +90,7 @@ def _human(n: int, event: int) -> tuple[int, ...]:
 
 
 def option_order(video: Video, template: str) -> tuple[str, ...]:
-    """The answers in slot order (A, B, C): cycles through the 6 permutations over pairs."""
+    """[reconstruction] Counterbalanced options: the answers in slot order (A, B, C), cycling 6 permutations."""
     k = PROPERTIES.index(video.prop) + video.pair + TEMPLATES.index(template)
     return PERMUTATIONS[k % len(PERMUTATIONS)]
 
@@ -125,7 +125,7 @@ def prompt(prop: str, template: str, n_frames: int, order: tuple[str, ...]) -> s
 def trial_table(videos: list[Video], counts: tuple[int, ...] = FRAME_COUNTS,
                 selections: tuple[str, ...] = SELECTIONS,
                 templates: tuple[str, ...] = TEMPLATES) -> pd.DataFrame:
-    """Every (video, selection, frame count, template): one row per trial.
+    """[reconstruction] The design, 3 selections x frame counts x 4 templates per video: one row per trial.
 
     Columns: ``qid, video, video_id, prop, pair, conserving, truth, selection, n_frames,
     template, order`` (the answers in slot order, a tuple) and ``frames`` (indices).

@@ -34,7 +34,7 @@ FAIL = "FAIL"
 
 @dataclass(frozen=True)
 class Trial:
-    """One question as a model sees it.
+    """[reconstruction] One question as a model sees it: prompt, frames (multi-image input), options.
 
     Attributes:
         qid: the question id (unique in the benchmark).
@@ -53,7 +53,7 @@ class Trial:
 
 @runtime_checkable
 class Model(Protocol):
-    """What the benchmark needs from a model: a name, and free-text answers to trials."""
+    """[reconstruction] What the benchmark needs from a model (VLM or stand-in): a name, free-text answers."""
 
     name: str
 
@@ -128,7 +128,7 @@ def frame_features(frames: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class StandInSpec:
-    """A stand-in model's design: perception noise, training mixture, input, position bias.
+    """[reconstruction] A stand-in model's design: perception noise, training mixture, input, position bias.
 
     ``sigma``: s.d. of the noise added to each frame's log features on each trial.
     ``p_same``: share of "same" among its training items (the rest split evenly).
@@ -149,7 +149,7 @@ class StandInSpec:
 
 def encode(feats: np.ndarray, lengths: np.ndarray, props: Sequence[str] | np.ndarray,
            temporal: bool) -> np.ndarray:
-    """The classifier's input: property one-hot times the change of the log features.
+    """[reconstruction] The stand-in's input: property one-hot times the change of the log features.
 
     Args:
         feats: ``(n, k_max, 5)`` noisy log features of the shown frames (padded).
@@ -181,7 +181,7 @@ def encode(feats: np.ndarray, lengths: np.ndarray, props: Sequence[str] | np.nda
 
 
 def noisy_log_features(feats: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    """``log1p(features) + sigma * N(0, 1)``, independently per frame and feature."""
+    """[reconstruction] The stand-in's perception noise: ``log1p(features) + sigma * N(0, 1)`` per frame and feature."""
     return np.log1p(feats) + sigma * rng.standard_normal(feats.shape, dtype=np.float32)
 
 
@@ -252,7 +252,7 @@ class StandIn:
 
 
 class ConstantModel:
-    """A baseline that always gives one answer (``"same"``: the always-same baseline)."""
+    """[reconstruction] A baseline that always gives one answer (default ``"same"``: mean 0.5, strict 0)."""
 
     def __init__(self, answer: str = "same") -> None:
         if answer not in ANSWERS:
@@ -264,7 +264,7 @@ class ConstantModel:
 
 
 class RandomModel:
-    """A baseline that picks a letter uniformly at random (seeded per question)."""
+    """§4 (chance): a baseline that picks a letter uniformly at random (seeded per question)."""
 
     def __init__(self, seed: int = 0) -> None:
         self.seed, self.name = seed, "random"
