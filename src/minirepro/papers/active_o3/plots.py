@@ -74,7 +74,8 @@ def plot_budget(arms: pd.DataFrame) -> Figure:
     g = arms.groupby(["arm", "k"]).recall.agg(["mean", "min", "max"]).reset_index()
     for arm, d in g.groupby("arm", sort=False):
         d = d.sort_values("k")
-        ax.errorbar(d.k, d["mean"], yerr=[d["mean"] - d["min"], d["max"] - d["mean"]], marker="o",
+        yerr = [(d["mean"] - d["min"]).clip(lower=0), (d["max"] - d["mean"]).clip(lower=0)]  # no -1 ulp
+        ax.errorbar(d.k, d["mean"], yerr=yerr, marker="o",
                     color=_c(arm), label=arm, capsize=3)
     ax.set_xlabel("regions read by the task model per canvas")
     ax.set_ylabel("task recall (share of digits read)")
