@@ -56,6 +56,9 @@ from minirepro.papers.tbpo.train import (
     run_experiment,
 )
 
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("losses",)
+
 __all__ = [
     "MEMBERS", "METHODS", "Config", "Experiment", "Policy", "TBPOConfig", "TablePolicy", "TokenMDP",
     "bregman_ell", "bregman_h", "bregman_scale", "bregman_sequence_loss", "dpo_loss",

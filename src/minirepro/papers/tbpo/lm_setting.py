@@ -230,7 +230,9 @@ def reference_logprobs(ref: nn.Module, prompt_ids: torch.Tensor, tokens: torch.T
 
 def lm_token_stats(policy: LMPolicy, lref: torch.Tensor, prompt_ids: torch.Tensor, tokens: torch.Tensor,
                    lengths: torch.Tensor) -> dict[str, torch.Tensor]:
-    """§3 (token MDP of an LM) [reconstruction]: per-token statistics of responses ``tokens``
+    """[reconstruction] the token MDP of an LM: per-token statistics of responses; (B, T) each.
+
+    Per-token statistics of responses ``tokens``
     ``(B, T)`` after ``prompt_ids`` ``(B, P)``, given the reference's log-probs ``lref``
     ``(B, T, vocab)`` (:func:`reference_logprobs`), in the format ``train.method_loss`` reads:
     ``lr`` (log pi/pi_ref of the emitted token), ``mask``, ``v`` (baseline), ``kl_pi_ref`` =
@@ -282,7 +284,9 @@ def train_lm_method(method: str, sub: Substrate, prompt_ids: torch.Tensor,
                     prefs: dict[str, torch.Tensor], cfg: LMSettingConfig, seed: int,
                     ref_lp: tuple[torch.Tensor, torch.Tensor] | None = None,
                     start: dict[str, float] | None = None) -> pd.DataFrame:
-    """§5 (preference optimisation) [reconstruction]: one run from the substrate model with
+    """[reconstruction] preference optimisation: one run of ``method`` from the substrate model.
+
+    One run from the substrate model with
     ``method``'s loss (``train.method_loss``): the same data, minibatch order (from ``seed``),
     beta, steps and lr for every method. ``ref_lp`` holds the reference log-probs of the chosen
     and rejected responses (computed here if ``None``); ``start`` the step-0 evaluation (the

@@ -37,7 +37,7 @@ def _check_member(member: str, lam: float) -> None:
 
 
 def bregman_h(R: torch.Tensor, member: str, lam: float = 1.0) -> torch.Tensor:
-    """The convex generator ``h(R)`` of a member (``R > 0``, any shape).
+    """Eq. (tbpo-eq-members): the convex generator ``h(R)`` of a member (``R > 0``, any shape).
 
     logistic ``R log R - (1 + R) log(1 + R)``; kliep ``R log R - R``; lsif ``(R - 1)^2``;
     ba (basu power) ``(R^(lam + 1) - R) / lam``.
@@ -53,15 +53,17 @@ def bregman_h(R: torch.Tensor, member: str, lam: float = 1.0) -> torch.Tensor:
 
 
 def bregman_scale(member: str, lam: float = 1.0) -> float:
-    """``c_h = 1 / (4 h''(1))``: the factor that gives every member DPO's slope at ``m = 0``."""
+    """Eq. (tbpo-eq-members): ``c_h = 1 / (4 h''(1))``, giving every member DPO's slope at m = 0."""
     _check_member(member, lam)
     h2 = {"logistic": 0.5, "kliep": 1.0, "lsif": 2.0}.get(member, lam + 1.0)
     return 1.0 / (4.0 * h2)
 
 
 def bregman_ell(log_R: torch.Tensor, member: str, lam: float = 1.0) -> torch.Tensor:
-    """The tractable per-pair loss ``c_h [h'(R) R - h(R) - h'(1/R)]`` in closed form,
-    elementwise in ``log R`` (constants dropped; computed from ``log R`` for stability).
+    """Eq. (tbpo-eq-bregman) in closed form: per-pair loss, elementwise in ``log R``.
+
+    The tractable loss ``c_h [h'(R) R - h(R) - h'(1/R)]`` with constants dropped, computed
+    from ``log R`` for stability.
 
     logistic: ``log(1 + R)`` (= DPO's ``-log sigmoid(beta m)`` when ``log R = -beta m``);
     kliep: ``(R + log R) / 4``; lsif: ``(R^2 - 2 / R) / 8``;
@@ -78,8 +80,9 @@ def bregman_ell(log_R: torch.Tensor, member: str, lam: float = 1.0) -> torch.Ten
 
 
 def generic_bregman_ell(log_R: torch.Tensor, member: str, lam: float = 1.0) -> torch.Tensor:
-    """§3 (the tractable Bregman loss), computed from ``h`` alone: ``c_h [h'(R) R - h(R) - h'(1/R)]``
-    with ``h'`` by autograd, in float64, elementwise in ``log R`` (no closed form used).
+    """Eq. (tbpo-eq-bregman) computed from ``h`` alone (autograd, float64), elementwise in log R.
+
+    ``c_h [h'(R) R - h(R) - h'(1/R)]`` with ``h'`` by autograd (no closed form used).
 
     An independent check of :func:`bregman_ell`: the two agree up to an additive constant
     (zero for the logistic member, which is DPO's loss)."""
@@ -105,14 +108,17 @@ def _check_pair(lr_w: torch.Tensor, mask_w: torch.Tensor, lr_l: torch.Tensor,
 
 def sequence_margin(lr_w: torch.Tensor, mask_w: torch.Tensor, lr_l: torch.Tensor,
                     mask_l: torch.Tensor) -> torch.Tensor:
-    """``(B,)`` ``m = log pi/pi_ref (y_w) - log pi/pi_ref (y_l)``, summed over emitted tokens."""
+    """Eq. (tbpo-eq-dpo), the margin: ``m = log pi/pi_ref (y_w) - log pi/pi_ref (y_l)``; (B,).
+
+    The per-token log-ratios are summed over emitted tokens.
+    """
     _check_pair(lr_w, mask_w, lr_l, mask_l)
     return (lr_w * mask_w).sum(1) - (lr_l * mask_l).sum(1)
 
 
 def dpo_loss(lr_w: torch.Tensor, mask_w: torch.Tensor, lr_l: torch.Tensor, mask_l: torch.Tensor,
              beta: float) -> torch.Tensor:
-    """DPO: ``mean_B -log sigmoid(beta m)``."""
+    """Eq. (tbpo-eq-dpo): DPO, ``mean_B -log sigmoid(beta m)``; a scalar."""
     _check_pair(lr_w, mask_w, lr_l, mask_l, beta)
     return -F.logsigmoid(beta * sequence_margin(lr_w, mask_w, lr_l, mask_l)).mean()
 
@@ -120,7 +126,7 @@ def dpo_loss(lr_w: torch.Tensor, mask_w: torch.Tensor, lr_l: torch.Tensor, mask_
 def bregman_sequence_loss(lr_w: torch.Tensor, mask_w: torch.Tensor, lr_l: torch.Tensor,
                           mask_l: torch.Tensor, beta: float, member: str = "logistic",
                           lam: float = 1.0) -> torch.Tensor:
-    """Sequence-level Bregman preference loss: ``mean_B l_h(R_theta)``, ``log R_theta = -beta m``."""
+    """Eq. (tbpo-eq-bregman), sequence level (BPO): mean_B l_h(R_theta), log R_theta = -beta m."""
     _check_pair(lr_w, mask_w, lr_l, mask_l, beta)
     log_R = -beta * sequence_margin(lr_w, mask_w, lr_l, mask_l)
     return bregman_ell(log_R, member, lam).mean()
@@ -128,7 +134,7 @@ def bregman_sequence_loss(lr_w: torch.Tensor, mask_w: torch.Tensor, lr_l: torch.
 
 def tdpo_loss(lr_w: torch.Tensor, mask_w: torch.Tensor, lr_l: torch.Tensor, mask_l: torch.Tensor,
               kl_w: torch.Tensor, kl_l: torch.Tensor, beta: float, alpha: float = 0.5) -> torch.Tensor:
-    """TDPO (the TDPO2 form): ``-log sigmoid(beta m - alpha (beta D_l - sg(beta D_w)))``.
+    """Eq. (tbpo-eq-tdpo): TDPO2, ``-log sigmoid(beta m - alpha (beta D_l - sg(beta D_w)))``.
 
     ``kl_w``, ``kl_l``: ``(B, T)`` per-state ``KL(pi_ref(.|s_t) || pi_theta(.|s_t))``;
     ``D = sum_t mask_t kl_t`` is the sequential KL; ``sg`` stops the gradient.
@@ -144,7 +150,9 @@ def tdpo_loss(lr_w: torch.Tensor, mask_w: torch.Tensor, lr_l: torch.Tensor, mask
 
 
 def tbpo_q_values(lr: torch.Tensor, mask: torch.Tensor, v: torch.Tensor, beta: float) -> torch.Tensor:
-    """TBPO-Q token values ``q_t = beta log pi/pi_ref (a_t|s_t) + V_phi(s_t)`` (``(B, T)``, 0 on padding).
+    """Eq. (tbpo-eq-token-values), TBPO-Q: ``q_t = beta log pi/pi_ref + V_phi(s_t)``; (B, T).
+
+    Zero on padding.
 
     ``beta log pi/pi_ref`` plays ``Q - V`` (an advantage); adding the learned state baseline
     ``V_phi`` gives a Q estimate, so tokens on *different* prefixes can be compared.
@@ -156,7 +164,9 @@ def tbpo_q_values(lr: torch.Tensor, mask: torch.Tensor, v: torch.Tensor, beta: f
 
 
 def tbpo_a_values(lr: torch.Tensor, mask: torch.Tensor, kl_pi_ref: torch.Tensor, beta: float) -> torch.Tensor:
-    """TBPO-A token values: the implicit advantage normalised to mean zero under the policy,
+    """Eq. (tbpo-eq-token-values), TBPO-A [reconstruction]: mean-zero implicit advantage; (B, T).
+
+    The implicit advantage normalised to mean zero under the policy,
 
         q_t = beta log pi/pi_ref (a_t|s_t) - sg(beta KL(pi(.|s_t) || pi_ref(.|s_t))),
 
@@ -170,7 +180,9 @@ def tbpo_a_values(lr: torch.Tensor, mask: torch.Tensor, kl_pi_ref: torch.Tensor,
 
 def tbpo_token_loss(q_w: torch.Tensor, mask_w: torch.Tensor, q_l: torch.Tensor, mask_l: torch.Tensor,
                     member: str = "logistic", lam: float = 1.0) -> torch.Tensor:
-    """Token-level Bregman matching: position ``t`` of the chosen response is compared with
+    """Eq. (tbpo-eq-token): token-level Bregman matching of chosen and rejected; a scalar.
+
+    Position ``t`` of the chosen response is compared with
     position ``t`` of the rejected one, ``log R_t = -(q_w_t - q_l_t)``, and
 
         loss = mean_B  sum_t c_t l_h(R_t) / sum_t c_t,     c_t = mask_w_t OR mask_l_t.
@@ -186,8 +198,10 @@ def tbpo_token_loss(q_w: torch.Tensor, mask_w: torch.Tensor, q_l: torch.Tensor, 
 
 
 def population_minimiser(member: str, p: float, lam: float = 1.0) -> float:
-    """Numerically minimise the population loss ``p l_h(R) + (1 - p) l_h(1/R)`` over ``R``
-    (a pair labelled one way with probability ``p``); returns the minimising ``R``.
+    """Eq. (tbpo-eq-bregman), its population minimiser: the ``R`` minimising the risk, numerically.
+
+    Minimises the population loss ``p l_h(R) + (1 - p) l_h(1/R)`` over ``R``
+    (a pair labelled one way with probability ``p``).
 
     Theory says ``R = R_data = (1 - p) / p`` for every member.
     """

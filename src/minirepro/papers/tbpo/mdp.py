@@ -106,7 +106,7 @@ def make_mdp(n_tokens: int = 6, horizon: int = 6, beta: float = 1.0, reward_scal
 
 
 def soft_bellman(mdp: TokenMDP) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Backward DP for the KL-regularised optimum.
+    """Eqs. (tbpo-eq-q, tbpo-eq-v, tbpo-eq-ratio): backward DP for the KL-regularised optimum.
 
     Returns:
         ``Q`` ``(T, V, V + 1)``, ``Vs`` ``(T + 1, V)`` (``Vs[T] = 0``) and ``pi_star``

@@ -180,7 +180,10 @@ def token_stats(policy: nn.Module, log_ref: torch.Tensor, prompts: torch.Tensor,
 
 def method_loss(method: str, sw: dict[str, torch.Tensor], sl: dict[str, torch.Tensor],
                 cfg: Config) -> torch.Tensor:
-    """The loss of ``method`` (a name in ``METHODS``) on chosen/rejected token stats."""
+    """Eqs. (tbpo-eq-dpo, tbpo-eq-tdpo, tbpo-eq-bregman, tbpo-eq-token): ``method``'s loss.
+
+    ``method`` is a name in ``METHODS``; the loss is taken on chosen/rejected token stats.
+    """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
     kind, member, lam = METHODS[method]
@@ -384,8 +387,9 @@ class Experiment:
 
 
 def run_experiment(cfg: Config, seed: int = 0, methods: tuple[str, ...] | None = None) -> Experiment:
-    """§5 (the comparison) [reconstruction]: fit the policy to pi_ref once, then train every
-    method for seeds ``seed .. seed+n_seeds-1``.
+    """[reconstruction] the comparison: fit the policy to pi_ref once, then train every method.
+
+    Every method trains for seeds ``seed .. seed+n_seeds-1``.
 
     Seeds change the preference data (4k noisy BT pairs by default) and the minibatch order;
     the testbed (``mdp_seed``) and the fitted starting policy are shared.
@@ -415,7 +419,9 @@ def run_experiment(cfg: Config, seed: int = 0, methods: tuple[str, ...] | None =
 
 
 def logistic_vs_dpo(ex: Experiment, n: int = 256) -> dict[str, float]:
-    """§3 (the logistic member is DPO): on ``n`` real pairs and the fitted policy, the largest
+    """Eqs. (tbpo-eq-bregman, tbpo-eq-dpo): check that the logistic member is DPO, on n pairs.
+
+    On ``n`` real pairs and the fitted policy, the largest
     absolute difference between DPO's per-pair loss ``-log sigmoid(beta m)`` and the generic
     Bregman objective ``c_h [h'(R) R - h(R) - h'(1/R)]`` of the logistic ``h``, computed from
     ``h`` by autograd (:func:`losses.generic_bregman_ell`, no closed form), and between their
