@@ -62,6 +62,9 @@ from minirepro.papers.caffnet.scenarios import (
     solve_qp_cvxpy,
 )
 
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("layer", "models")
+
 __all__ = [
     "Config",
     "Constraints",

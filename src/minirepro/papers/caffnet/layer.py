@@ -27,7 +27,7 @@ MAX_SUBSETS = 200_000
 
 
 class InfeasibleConstraintsError(ValueError):
-    """The constraint set ``{y : A(x) y <= b(x)}`` is empty for some input."""
+    """Eq. (caffnet-eq-constraints) is unsatisfiable: ``{y : A(x) y <= b(x)}`` is empty."""
 
 
 # --------------------------------------------------------------------------- checks
@@ -81,17 +81,17 @@ def _matvec(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def violation(y: torch.Tensor, A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Per-row violation ``ReLU(A y - b)``, shape (B, m)."""
+    """Eq. (caffnet-eq-loss): the violation ``ReLU(A y - b)`` of each row, shape (B, m)."""
     return torch.relu(_matvec(A, y) - b)
 
 
 def max_violation(y: torch.Tensor, A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Largest violation ``max_j ReLU((A y - b)_j)`` of each sample, shape (B,)."""
+    """Eq. (caffnet-eq-constraints): largest violation ``max_j ReLU((A y - b)_j)``; (B,)."""
     return violation(y, A, b).amax(dim=1)
 
 
 def equality_rows(C: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Write ``C y = d`` as the inequality pair ``C y <= d``, ``-C y <= -d``.
+    """Eq. (caffnet-eq-constraints): ``C y = d`` as the two rows ``C y <= d``, ``-C y <= -d``.
 
     ``C`` is (k, n) or (B, k, n), ``d`` is (B, k); returns ``(A_eq, b_eq)`` with
     2k rows.
@@ -111,12 +111,12 @@ def _subsets(m: int, n: int) -> torch.Tensor:
 
 
 def n_subsets(m: int, n: int) -> int:
-    """``sum_{k=1}^{min(m,n)} C(m, k)``: the number of row subsets the layer enumerates."""
+    """Eq. (caffnet-eq-candidate): ``sum_{k=1}^{min(m,n)} C(m, k)``, the number of subsets ``g``."""
     return sum(math.comb(m, k) for k in range(1, min(m, n) + 1))
 
 
 def constraint_subsets(m: int, n: int) -> torch.Tensor:
-    """Every row subset ``g`` with ``1 <= |g| <= min(m, n)``, enumerated once.
+    """Eq. (caffnet-eq-candidate): every row subset ``g`` with ``1 <= |g| <= min(m, n)``, once.
 
     Returns a (S, k_max) long tensor, ``k_max = min(m, n)``; a subset smaller than
     ``k_max`` is padded with the index ``m``, which names an all-zero row (a zero
@@ -134,7 +134,9 @@ def constraint_subsets(m: int, n: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Faces:
-    """The affine pieces of every row subset ``g``, computed once for given ``A``.
+    """Eq. (caffnet-eq-candidate): ``A_g``, ``A_g^+``, ``I - A_g^+ A_g`` of every subset ``g``.
+
+    The affine pieces of every row subset, computed once for given ``A``.
 
     ``A_g`` is (..., S, k, n), ``pinv`` = ``A_g^+`` is (..., S, n, k) and ``null``
     = ``I - A_g^+ A_g`` (the projector onto the null space of ``A_g``) is
@@ -158,7 +160,7 @@ class Faces:
 
 
 def compute_faces(A: torch.Tensor, upcast: bool = False) -> Faces:
-    """Gather ``A_g`` for every subset and batch all pseudo-inverses in one call.
+    """Eq. (caffnet-eq-candidate): gather ``A_g`` for every subset, all pseudo-inverses in one call.
 
     Args:
         A: (m, n) or (B, m, n) float64.
@@ -178,7 +180,7 @@ def compute_faces(A: torch.Tensor, upcast: bool = False) -> Faces:
 
 def candidates(f: torch.Tensor, w: torch.Tensor, b: torch.Tensor, faces: Faces,
                A: torch.Tensor | None = None) -> torch.Tensor:
-    """All CAffine candidates: ``f`` itself, then ``P_g`` for every subset ``g``.
+    """Eq. (caffnet-eq-candidate): all CAffine candidates, ``f`` then ``P_g`` per subset ``g``.
 
     ``P_g = f - A_g^+ (A_g f - b_g) + (I - A_g^+ A_g) w``: the orthogonal projection
     of ``f`` onto the affine set ``{y : A_g y = b_g}``, moved by ``w`` inside it.
@@ -208,8 +210,10 @@ def candidates(f: torch.Tensor, w: torch.Tensor, b: torch.Tensor, faces: Faces,
 
 def candidate_at(f: torch.Tensor, w: torch.Tensor, b: torch.Tensor, faces: Faces,
                  index: torch.Tensor) -> torch.Tensor:
-    """The candidate ``index`` (B,) of each sample, recomputed so gradients flow to
-    ``f`` and ``w`` through that candidate only: (B, n)."""
+    """Eq. (caffnet-eq-candidate): the candidate ``index`` (B,) of each sample, recomputed; (B, n).
+
+    Gradients flow to ``f`` and ``w`` through that candidate only.
+    """
     s = (index - 1).clamp(min=0)
     rows = torch.arange(f.shape[0])
     sub = faces.subsets[s]                                                  # (B, k)
@@ -226,7 +230,7 @@ def candidate_at(f: torch.Tensor, w: torch.Tensor, b: torch.Tensor, faces: Faces
 
 def select_nearest_feasible(f: torch.Tensor, cand: torch.Tensor, A: torch.Tensor,
                             b: torch.Tensor, tol: float = TOL) -> torch.Tensor:
-    """Index of the feasible candidate nearest to ``f`` (2-norm), shape (B,) long.
+    """Eq. (caffnet-eq-select): index of the feasible candidate nearest to ``f``; (B,) long.
 
     A candidate is feasible when ``max_j (A c - b)_j <= tol``. Raises
     ``InfeasibleConstraintsError`` when no candidate of some sample is feasible.
@@ -247,7 +251,9 @@ def select_nearest_feasible(f: torch.Tensor, cand: torch.Tensor, A: torch.Tensor
 def caffine(f: torch.Tensor, w: torch.Tensor | None, A: torch.Tensor, b: torch.Tensor, *,
             faces: Faces | None = None, tol: float = TOL, upcast: bool = False,
             return_index: bool = False):
-    """The CAffine layer: a point satisfying ``A(x) y <= b(x)`` for every input.
+    """Eqs. (caffnet-eq-candidate, caffnet-eq-select): the CAffine layer; (B, n) -> (B, n).
+
+    A point satisfying ``A(x) y <= b(x)`` for every input.
 
     Builds the candidates ``{f} U {P_g : 1 <= |g| <= min(m, n)}`` (see
     ``candidates``) and returns the feasible one nearest to ``f``. With ``w = 0``
@@ -296,7 +302,7 @@ def caffine(f: torch.Tensor, w: torch.Tensor | None, A: torch.Tensor, b: torch.T
 
 
 def lp_feasible_point(A: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-    """A point of ``{y : A y <= b}`` found by an LP (scipy HiGHS), or None if empty."""
+    """Eq. (caffnet-eq-constraints): a point of ``{y : A y <= b}`` (HiGHS LP), or None if empty."""
     from scipy.optimize import linprog
 
     A = np.asarray(A, dtype=np.float64)
@@ -333,7 +339,7 @@ def _raise_infeasible(A: torch.Tensor, b: torch.Tensor, rows: list[int], tol: fl
 
 def hardnet_aff(f: torch.Tensor, A: torch.Tensor, bl: torch.Tensor, bu: torch.Tensor,
                 upcast: bool = False) -> torch.Tensor:
-    """HardNet-Aff: ``y = f + A^+ (ReLU(b_l - A f) - ReLU(A f - b_u))``.
+    """Eq. (caffnet-eq-hardnet): HardNet-Aff, ``y = f + A^+ (ReLU(b_l - A f) - ReLU(A f - b_u))``.
 
     Exact when ``A`` (m, n) has full row rank ``m <= n`` (then ``A A^+ = I``); with
     ``m > n`` the least-squares correction need not satisfy every row.
@@ -440,7 +446,7 @@ def _polish(f: torch.Tensor, A: torch.Tensor, b: torch.Tensor, active: torch.Ten
 
 def project_polytope(f: torch.Tensor, A: torch.Tensor, b: torch.Tensor, tol: float = TOL,
                      upcast: bool = False, sweeps: int = 10) -> torch.Tensor:
-    """The fixed orthogonal projection ``argmin_{A y <= b} ||y - f||``, per sample.
+    """Eq. (caffnet-eq-projection): the fixed orthogonal projection ``argmin_{A y <= b} ||y - f||``.
 
     Closed form for n = 1 (clip to the interval). For n > 1: ``sweeps`` rounds of
     Hildreth's method guess the active set ``S``, the projection onto the face

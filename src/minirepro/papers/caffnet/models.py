@@ -37,7 +37,9 @@ HARD_METHODS: tuple[str, ...] = ("fixed projection", "CAffNet (w=0)", "CAffNet")
 
 
 class EnsembleMLP(nn.Module):
-    """``K`` independent ReLU MLPs ``d_in -> hidden... -> d_out`` in float64.
+    """Eq. (caffnet-eq-candidate): the branches ``f(x)``, ``w(x)`` as ``K`` independent ReLU MLPs.
+
+    Each member maps ``d_in -> hidden... -> d_out`` in float64.
 
     Member ``k`` is initialised from ``seeds[k]`` like ``nn.Linear`` (uniform in
     ``+-1/sqrt(fan_in)``), so members with equal seeds start equal.
@@ -75,7 +77,7 @@ class EnsembleMLP(nn.Module):
 
 @dataclass(frozen=True)
 class Constraints:
-    """A scenario's constraints evaluated once for a set of inputs.
+    """Eq. (caffnet-eq-constraints): a scenario's ``A(x)``, ``b(x)`` evaluated once for some inputs.
 
     ``A`` (m, n) or (N, m, n) and ``b`` (N, m) for ``A y <= b``; ``A_h``, ``bl``,
     ``bu`` for HardNet-Aff's ``bl <= A_h y <= bu``; ``faces`` for the CAffine layer.
@@ -102,7 +104,11 @@ class Constraints:
 
 def output_layer(method: str, f: torch.Tensor, cons: Constraints,
                  w: torch.Tensor | None = None) -> torch.Tensor:
-    """The method's last layer on prediction ``f`` (B, n) under constraints ``cons``."""
+    """Eqs. (caffnet-eq-select, caffnet-eq-hardnet, caffnet-eq-projection): a method's last layer.
+
+    Applied to the prediction ``f`` (B, n) under the constraints ``cons``; the soft
+    penalty method keeps ``y = f``.
+    """
     if method == "soft penalty":
         return f
     if method == "HardNet-Aff":
@@ -120,7 +126,7 @@ def output_layer(method: str, f: torch.Tensor, cons: Constraints,
 
 @dataclass
 class Data:
-    """Inputs, targets (labels, or reference solutions y*) and their constraints."""
+    """Eq. (caffnet-eq-constraints): inputs, targets (labels or solutions y*), their constraints."""
 
     x_train: torch.Tensor
     t_train: torch.Tensor
@@ -131,7 +137,7 @@ class Data:
 
 
 def make_data(scenario, n_train: int, n_test: int, seed: int, grid_test: bool = False) -> Data:
-    """Sample train/test inputs, compute targets, and evaluate the constraints once."""
+    """Eq. (caffnet-eq-constraints): sample inputs and targets; evaluate ``A(x)``, ``b(x)`` once."""
     rng = np.random.default_rng(seed)
     x_train = scenario.sample_x(n_train, rng)
     x_test = scenario.grid_x(n_test) if grid_test else scenario.sample_x(n_test, rng)
@@ -143,7 +149,7 @@ def make_data(scenario, n_train: int, n_test: int, seed: int, grid_test: bool = 
 
 @dataclass
 class Trained:
-    """The trained ensemble: member ``k`` is ``(methods[k // S], seeds[k % S])``."""
+    """Eq. (caffnet-eq-loss): the trained ensemble; member ``k`` is (methods[k//S], seeds[k%S])."""
 
     methods: tuple[str, ...]
     seeds: tuple[int, ...]
@@ -181,11 +187,11 @@ class Trained:
 def train_methods(scenario, data: Data, methods=METHODS, seeds=(0,), *,
                   hidden: tuple[int, ...] = (64, 64), steps: int = 500, lr: float = 3e-3,
                   batch_size: int = 64, penalty: float = 100.0) -> Trained:
-    """Train every (method, seed) with Adam on ``task + penalty * mean(ReLU(Ay - b)^2)``.
+    """Eq. (caffnet-eq-loss): train every (method, seed) with Adam; returns the ensemble.
 
-    Member (method, seed) starts from the weights of ``seed`` and draws its
-    minibatches from a generator seeded by ``seed``, so a method's run does not
-    depend on which other methods train beside it.
+    The loss is ``task + penalty * mean(ReLU(Ay - b)^2)``. Member (method, seed) starts
+    from the weights of ``seed`` and draws its minibatches from a generator seeded by
+    ``seed``, so a method's run does not depend on which other methods train beside it.
     """
     methods, seeds = tuple(methods), tuple(int(s) for s in seeds)
     unknown = [m for m in methods if m not in METHODS]
@@ -232,8 +238,11 @@ def _matvec_rows(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate(model: Trained, scenario, data: Data, eps: float = 1e-6) -> list[dict]:
-    """Test metrics of every member: mean error (MSE or optimality gap), max and mean
-    violation, and the fraction of test inputs violating some row by more than ``eps``."""
+    """Eq. (caffnet-eq-constraints): test error and violations of every member, one dict each.
+
+    The metrics: mean error (MSE or optimality gap), max and mean violation, and the
+    fraction of test inputs violating some row by more than ``eps``.
+    """
     Y = model.predict(data.x_test, data.cons_test)
     A, b = data.cons_test.A, data.cons_test.b
     rows = []
@@ -251,5 +260,8 @@ def evaluate(model: Trained, scenario, data: Data, eps: float = 1e-6) -> list[di
 
 @torch.no_grad()
 def predict(model: Trained, scenario, x: torch.Tensor, method: str, seed: int) -> torch.Tensor:
-    """One member's outputs (T, n) on inputs ``x`` (T, d)."""
+    """Eqs. (caffnet-eq-select, caffnet-eq-hardnet, caffnet-eq-projection): one member's outputs.
+
+    Shape (T, n) on inputs ``x`` (T, d).
+    """
     return model.predict(x, Constraints.of(scenario, x))[model.member(method, seed)]
