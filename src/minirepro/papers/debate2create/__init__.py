@@ -88,3 +88,6 @@ __all__ = [
     "shaped_reward_source", "simulate", "summarise", "swimmer_xml", "train_candidate",
     "tpe_maximize", "zero_control_distance",
 ]
+
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("debate", "agents", "rewards", "training")

@@ -39,11 +39,11 @@ INSTRUCTIONS = {
 
 
 class AgentOutputError(ValueError):
-    """An agent's reply is not the JSON its role must emit (the message says what is wrong)."""
+    """[reconstruction] Strict JSON outputs: a reply that is not the JSON its role must emit (says what)."""
 
 
 def make_prompt(role: str, context: dict[str, Any]) -> str:
-    """The prompt for ``role`` (a key of INSTRUCTIONS or ``judge_<criterion>``) with its context."""
+    """[reconstruction] Our prompt for ``role`` (INSTRUCTIONS key or ``judge_<criterion>``) and context."""
     base = "judge" if role.startswith("judge_") else role
     if base not in INSTRUCTIONS:
         raise ValueError(f"unknown role {role!r}")
@@ -51,7 +51,7 @@ def make_prompt(role: str, context: dict[str, Any]) -> str:
 
 
 def read_prompt(prompt: str) -> tuple[str, dict[str, Any]]:
-    """Inverse of :func:`make_prompt`: (role, context)."""
+    """[reconstruction] Inverse of :func:`make_prompt`: (role, context)."""
     m = re.match(r"ROLE: (\S+)\n", prompt)
     if m is None or "\nCONTEXT:\n" not in prompt:
         raise ValueError("not a Debate2Create prompt (no ROLE line or CONTEXT block)")

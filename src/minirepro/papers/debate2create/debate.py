@@ -34,7 +34,7 @@ PROTOCOL_FLAGS = {  # condition: (iterative rounds, synthesis, judges, reward de
 
 @dataclass
 class Budget:
-    """Rounds x theses per round x rewards per body = candidate trainings; controller sizes."""
+    """[reconstruction] Budget: rounds x theses x rewards per body = trainings; controller sizes."""
 
     rounds: int
     theses: int
@@ -50,7 +50,7 @@ class Budget:
 
 @dataclass
 class ConditionRun:
-    """Every candidate a condition trained (in order), its hall of fame and judge log."""
+    """[reconstruction] One condition's run: every candidate trained (in order), hall of fame, judge log."""
 
     condition: str
     candidates: list[Candidate]
@@ -75,8 +75,8 @@ def _novelty(p: np.ndarray, seen: list[np.ndarray]) -> float:
 
 
 def judge_context(top: Candidate, best_before: float, baseline: float, seen: list[np.ndarray]) -> dict:
-    """What the judges see about the round's top design (the public code passes parameters,
-    distance, episode reward and length, best and baseline scores)."""
+    """[reconstruction] What the judges see about the round's top design (the public code passes
+    parameters, distance, episode reward and length, best and baseline scores)."""
     return {"parameters": [float(v) for v in top.params], "distance": top.distance,
             "episode_reward": top.reward, "best_distance": best_before,
             "baseline_distance": baseline, "lateral_ratio": top.lateral_ratio,
@@ -161,8 +161,8 @@ def run_morphology_bo(budget: Budget, seed: int) -> ConditionRun:
 
 
 def run_morphology_cmaes(budget: Budget, seed: int) -> ConditionRun:
-    """[extra arm, not in the paper] CMA-ES over the 6 body parameters (box-scaled),
-    from the default body, each body trained on the default reward;
+    """[reconstruction; an extra arm, not in the paper] CMA-ES over the 6 body parameters
+    (box-scaled), from the default body, each body trained on the default reward;
     ``budget.candidates`` bodies in generations of max(4, theses x rewards)."""
     run = ConditionRun("CMA-ES morphology", [])
 
@@ -182,7 +182,7 @@ def run_morphology_cmaes(budget: Budget, seed: int) -> ConditionRun:
 
 
 def run_default(budget: Budget, seed: int) -> ConditionRun:
-    """The default body on the default reward (one candidate)."""
+    """Eq. (debate2create-eq-fresh)'s reference: default body θ0 on default reward R0 (one candidate)."""
     c = train_candidate(np.array(DEFAULT), DEFAULT_REWARD_SOURCE, budget.steps, budget.popsize,
                         budget.generations, seed=1000 * seed + 999)
     return ConditionRun("default body", [c])

@@ -76,7 +76,7 @@ def compile_reward(source: str) -> RewardFn:
 
 
 def observations(traj: Trajectory) -> dict[str, np.ndarray]:
-    """Swimmer-v5's observation and the metrics a reward may read, per control step.
+    """[reconstruction] A reward's inputs: Swimmer-v5's observation and the metrics it may read, per step.
 
     Returns ``obs`` (B, T, 8) = (3 angles, tip vx, vy, 3 angular rates) after each
     step, ``action``/``prev_action`` (B, T, 2) and ``metrics`` (each (B, T)).
@@ -92,7 +92,7 @@ def observations(traj: Trajectory) -> dict[str, np.ndarray]:
 
 
 def episode_return(fn: RewardFn, traj: Trajectory) -> np.ndarray:
-    """Sum over control steps of the reward ``fn`` on a batch of rollouts, shape (B,).
+    """Eq. (debate2create-eq-score)'s objective: the sum over control steps of reward ``fn``, shape (B,).
 
     Raises ``ValueError`` when the function returns the wrong shape; non-finite
     returns become -inf (a broken reward never wins).

@@ -27,7 +27,7 @@ from minirepro.papers.debate2create.rewards import compile_reward, episode_retur
 
 @dataclass
 class Candidate:
-    """One trained candidate: its body, reward, controller and measured rollout."""
+    """Eq. (debate2create-eq-score) for one candidate: body θ, reward R, controller, measured rollout."""
 
     params: np.ndarray
     reward_source: str
@@ -89,9 +89,10 @@ def _measure(tr: Trajectory) -> tuple[float, float, float, float]:
 
 def evaluate_fresh(params: np.ndarray, reward_source: str, steps: int, popsize: int,
                    generations: int, seed: int, n_inits: int, noise: float) -> tuple[float, Trajectory]:
-    """Re-evaluation on fresh seeds (against best-of-N selection bias): retrain the
-    controller with a new CMA-ES seed, then average the forward displacement (m) over
-    ``n_inits`` Swimmer-v5 resets with uniform noise ``noise``. Returns (mean, rollouts)."""
+    """Eq. (debate2create-eq-fresh): re-evaluation on fresh seeds, against best-of-N selection bias.
+
+    Retrain the controller with a new CMA-ES seed, then average the forward displacement (m)
+    over ``n_inits`` Swimmer-v5 resets with uniform noise ``noise``. Returns (mean, rollouts)."""
     c = train_candidate(params, reward_source, steps, popsize, generations, seed)
     model = _model(tuple(round(float(v), 6) for v in params))
     init = initial_states(model, n_inits, noise=noise, seed=seed)
@@ -103,8 +104,8 @@ def evaluate_fresh(params: np.ndarray, reward_source: str, steps: int, popsize: 
 
 def zero_control_distance(params: np.ndarray, steps: int, seed: int, n_inits: int,
                           noise: float) -> float:
-    """Mean forward displacement (m) with zero control from the same noisy resets
-    (the do-nothing baseline that gives the transfer claim its power check)."""
+    """[reconstruction] Ours: mean forward displacement (m) with zero control from the same noisy
+    resets (the do-nothing baseline, not the paper's, that gives the transfer claim its power check)."""
     model = _model(tuple(round(float(v), 6) for v in params))
     init = initial_states(model, n_inits, noise=noise, seed=seed)
     tr = simulate(model, np.zeros((n_inits, steps, model.nu)), init)
