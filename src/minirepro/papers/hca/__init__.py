@@ -40,6 +40,9 @@ from minirepro.papers.hca.oracle import design_oracle, interventional_oracle
 from minirepro.papers.hca.plants import PLANTS, building_hvac, get_plant, greenhouse, make_schedule
 from minirepro.papers.hca.ranking import Evidence, HCAParams, calibrate_tau, rank_and_validate
 
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("mpc", "evidence", "ranking", "lime_baseline")
+
 __all__ = [
     "METHODS", "NMPC", "ORACLES", "PLANTS", "Config", "Evidence", "HCAParams", "MPCInfeasibleError",
     "MPCProblem", "MPCSolution", "MoveContext", "accuracy_table", "building_hvac", "calibrate_tau",

@@ -54,7 +54,7 @@ _PHYSICS: dict[str, dict[tuple[str, str], int]] = {
 
 
 def knowledge_graph(plant: Plant) -> nx.DiGraph:
-    """The plant's signed knowledge graph.
+    """Eq. (hca-eq-kg): the plant's signed knowledge graph (physics and controller responses).
 
     Nodes carry ``kind`` in {"cause", "state", "input"}; edges carry ``sign``: +1,
     -1, or a function ``(x, u, d) -> +-1`` for a sign that depends on the
@@ -86,14 +86,17 @@ def knowledge_graph(plant: Plant) -> nx.DiGraph:
 
 
 def edge_sign(G: nx.DiGraph, a: str, b: str, x: np.ndarray, u: np.ndarray, d: np.ndarray) -> int:
-    """The sign of edge ``a -> b`` at operating point ``(x, u, d)``."""
+    """Eq. (hca-eq-kg): the sign ``sigma_ab`` of edge ``a -> b`` at the point ``(x, u, d)``."""
     sign = G.edges[a, b]["sign"]
     return int(sign(x, u, d)) if callable(sign) else int(sign)
 
 
 def path_signs(G: nx.DiGraph, cause: str, target: str, x: np.ndarray, u: np.ndarray,
                d: np.ndarray) -> list[int]:
-    """Sign products of all simple paths ``cause -> ... -> target`` at ``(x, u, d)`` (empty: no path)."""
+    """Eq. (hca-eq-kg): sign products of all simple paths ``cause -> ... -> target``.
+
+    Evaluated at ``(x, u, d)``; an empty list means no path.
+    """
     if cause not in G or target not in G:
         raise ValueError(f"nodes {cause!r} and {target!r} must be in the knowledge graph")
     return [int(np.prod([edge_sign(G, a, b, x, u, d) for a, b in zip(p[:-1], p[1:])]))
@@ -102,7 +105,9 @@ def path_signs(G: nx.DiGraph, cause: str, target: str, x: np.ndarray, u: np.ndar
 
 @dataclass
 class MoveContext:
-    """What every explainer sees about one move (all arrays over the horizon).
+    """Eq. (hca-eq-nmpc): one move and its NMPC solution, what every explainer sees.
+
+    All arrays run over the horizon.
 
     ``du``: the move ``u_t - u_{t-1}`` scaled by input ranges, ``(n_u,)``;
     ``sol``: the MPC solution at t; ``d_dev``: forecast minus nominal ``(N, n_d)``;
@@ -124,7 +129,7 @@ class MoveContext:
 
 def cause_polarity(plant: Plant, ctx: MoveContext, cause: int, active_frac: float = 0.2,
                    margin_frac: float = 0.5) -> int:
-    """+1/-1 if the cause is active in this move's horizon, 0 if not.
+    """Eq. (hca-eq-kg): the polarity ``pol(c)``, +1/-1 if the cause is active, 0 if not.
 
     A forecast is active when its mean deviation from nominal exceeds
     ``active_frac`` of the cause's event size (the sign is the deviation's sign
@@ -146,7 +151,7 @@ def cause_polarity(plant: Plant, ctx: MoveContext, cause: int, active_frac: floa
 
 
 def kg_evidence(G: nx.DiGraph, plant: Plant, ctx: MoveContext) -> tuple[np.ndarray, np.ndarray]:
-    """Knowledge-graph evidence for every cause on the move's primary input.
+    """Eq. (hca-eq-kg): ``KG(c)`` for every cause, on the move's primary input ``j*``.
 
     Returns ``(support, consistent)``, both ``(n_causes,)``: ``consistent[c]`` is
     1 if a path c -> primary input exists whose sign (at the current operating
@@ -172,7 +177,7 @@ def kg_evidence(G: nx.DiGraph, plant: Plant, ctx: MoveContext) -> tuple[np.ndarr
 
 
 def kkt_evidence(plant: Plant, ctx: MoveContext, gamma: float = 0.9) -> np.ndarray:
-    """First-order cost of each cause from the KKT multipliers, ``(n_causes,)`` >= 0.
+    """Eq. (hca-eq-kkt): first-order cost ``E_c`` of each cause from the multipliers; (n_causes,).
 
     Bound on state i (upper or lower): ``sum_k gamma^k lambda_{k,i} s_c``.
     Forecast of disturbance i: ``sum_k gamma^k |dJ*/dd_{k,i} (d_{k,i} - nom_{k,i})|``.
@@ -194,7 +199,7 @@ def kkt_evidence(plant: Plant, ctx: MoveContext, gamma: float = 0.9) -> np.ndarr
 
 
 def pcmci_pvalues(data: np.ndarray, tau_max: int = 3, pc_alpha: float | None = 0.2) -> np.ndarray:
-    """PCMCI (ParCorr) p-values of every lagged link, ``(n_vars, n_vars, tau_max+1)``.
+    """Eq. (hca-eq-pcmci): PCMCI (ParCorr) p-values of the lagged links; (n_vars, n_vars, tau_max+1).
 
     ``data`` is ``(T, n_vars)``; entry ``[i, j, tau]`` is the p-value of
     ``X^i_{t-tau} -> X^j_t`` given the conditions PCMCI selected.
@@ -213,23 +218,23 @@ def pcmci_pvalues(data: np.ndarray, tau_max: int = 3, pc_alpha: float | None = 0
 
 
 def pcmci_link_pvalue(p_matrix: np.ndarray, source: int, target: int) -> float:
-    """The smallest p-value of ``source_{t-tau} -> target_t`` over lags tau >= 1."""
+    """Eq. (hca-eq-pcmci): the least p-value of ``source_{t-tau} -> target_t`` over tau >= 1."""
     return float(np.min(p_matrix[source, target, 1:]))
 
 
 def pcmci_variables(plant: Plant) -> list[str]:
-    """The closed-loop variables PCMCI sees: states, mean forecasts, inputs."""
+    """Eq. (hca-eq-pcmci): the closed-loop variables PCMCI sees: states, mean forecasts, inputs."""
     return list(plant.state_names) + [f"{d} forecast" for d in plant.dist_names] + list(plant.input_names)
 
 
 def cause_variable(plant: Plant, cause: int) -> int:
-    """The PCMCI variable of a cause: its state (bounds) or its forecast (forecasts)."""
+    """Eq. (hca-eq-pcmci): the variable ``X_c`` of a cause: its state (bounds) or its forecast."""
     c = plant.causes[cause]
     return c.index if c.kind != "forecast" else plant.n_x + c.index
 
 
 def pcmci_evidence(plant: Plant, p_matrix: np.ndarray, primary_input: int) -> np.ndarray:
-    """``1 - p`` of the link cause-variable -> primary input, per cause ``(n_causes,)``."""
+    """Eqs. (hca-eq-pcmci, hca-eq-score): the term ``1 - p_PCMCI(X_c -> u_j*)``; ``(n_causes,)``."""
     target = plant.n_x + plant.n_d + primary_input
     return np.array([1.0 - pcmci_link_pvalue(p_matrix, cause_variable(plant, i), target)
                      for i in range(len(plant.causes))])

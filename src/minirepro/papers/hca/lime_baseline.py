@@ -22,7 +22,7 @@ from minirepro.papers.hca.plants import Plant
 
 
 def lime_features(plant: Plant) -> tuple[list[str], np.ndarray]:
-    """Feature names and physical ranges ``(n_features, 2)``: cause knobs then states."""
+    """Eq. (hca-eq-lime): features ``z`` (cause knobs, then states) and their ranges (n, 2)."""
     names = [f"{c.name} knob" for c in plant.causes] + list(plant.state_names)
     ranges = [c.feature_range for c in plant.causes] + [tuple(r) for r in plant.physical_x_range]
     return names, np.array(ranges, float)
@@ -30,7 +30,7 @@ def lime_features(plant: Plant) -> tuple[list[str], np.ndarray]:
 
 def apply_features(plant: Plant, problem: MPCProblem, d_nominal: np.ndarray,
                    z: np.ndarray) -> MPCProblem:
-    """The MPC problem for feature vector ``z`` (``(n_features,)``)."""
+    """Eq. (hca-eq-lime): the MPC problem for the feature vector ``z`` (``(n_features,)``)."""
     pr = problem.copy()
     nc = len(plant.causes)
     for i, c in enumerate(plant.causes):
@@ -46,14 +46,14 @@ def apply_features(plant: Plant, problem: MPCProblem, d_nominal: np.ndarray,
 
 
 def instance_features(plant: Plant, problem: MPCProblem) -> np.ndarray:
-    """The explained move's own feature vector (zero shifts, factor 1, the state)."""
+    """Eq. (hca-eq-lime): ``z_0``, the explained move's own features (shift 0, factor 1, state)."""
     knobs = [1.0 if c.kind == "forecast" else 0.0 for c in plant.causes]
     return np.concatenate([knobs, problem.x0])
 
 
 @dataclass
 class LimeResult:
-    """LIME's label, its feature weights, and how the black box was queried."""
+    """Eq. (hca-eq-lime): LIME's label ``c^``, its feature weights, and the black-box queries."""
 
     label: int
     weights: dict[str, float]
@@ -64,7 +64,7 @@ class LimeResult:
 
 def lime_explain(mpc: NMPC, problem: MPCProblem, d_nominal: np.ndarray, primary_input: int,
                  num_samples: int = 100, seed: int = 0, sol: MPCSolution | None = None) -> LimeResult:
-    """Explain the first move of ``primary_input`` with LIME (regression mode).
+    """Eq. (hca-eq-lime): explain the first move of ``primary_input`` with LIME (regression mode).
 
     ``sol`` (the explained move's solution) warm-starts every black-box query.
     """

@@ -30,12 +30,15 @@ _OK = {"Solve_Succeeded", "Solved_To_Acceptable_Level"}
 
 
 class MPCInfeasibleError(RuntimeError):
-    """IPOPT found no feasible input sequence (or failed): no move, so nothing to explain."""
+    """Eq. (hca-eq-nmpc) unsolved: IPOPT found no feasible input sequence (or failed).
+
+    No move, so nothing to explain.
+    """
 
 
 @dataclass
 class MPCProblem:
-    """One MPC instance: initial state, previous input, forecasts and bounds.
+    """Eq. (hca-eq-nmpc)'s data: initial state, previous input, forecasts and bounds.
 
     Shapes: ``x0`` ``(n_x,)``, ``u_prev`` ``(n_u,)``, ``d`` ``(N, n_d)`` (forecast for
     steps 0..N-1), ``x_lower``/``x_upper`` ``(N, n_x)`` (bounds on x_1..x_N).
@@ -54,7 +57,7 @@ class MPCProblem:
 
 @dataclass
 class MPCSolution:
-    """An optimal plan and its multipliers.
+    """Eqs. (hca-eq-nmpc, hca-eq-kkt): an optimal plan of the NMPC and its multipliers.
 
     Shapes: ``u`` ``(N, n_u)``; ``x`` ``(N+1, n_x)`` (x_0..x_N); ``lam_x_upper``,
     ``lam_x_lower`` ``(N, n_x)`` (>= 0, row k is the bound on x_{k+1});
@@ -75,7 +78,7 @@ class MPCSolution:
 
 
 class NMPC:
-    """A reusable NMPC for ``plant`` with horizon ``N`` (IPOPT, silent, warm-started).
+    """Eq. (hca-eq-nmpc): a reusable NMPC for ``plant``, horizon ``N`` (IPOPT, warm-started).
 
     ``solve(problem)`` returns an :class:`MPCSolution` or raises
     :class:`MPCInfeasibleError`. With ``warm=True`` each solve starts from the

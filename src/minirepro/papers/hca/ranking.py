@@ -23,7 +23,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class HCAParams:
-    """One parameter set (cross-domain unless calibrated)."""
+    """Eq. (hca-eq-score): weights ``w``, ``tau_KKT`` and ``gamma``; cross-domain unless calibrated."""
 
     w_kg: float = 1.0
     w_kkt: float = 1.0
@@ -41,7 +41,7 @@ class HCAParams:
 
 @dataclass
 class Evidence:
-    """The evidence about one move, per cause (all arrays ``(n_causes,)``)."""
+    """Eq. (hca-eq-score): the evidence about one move, per cause (all arrays ``(n_causes,)``)."""
 
     kg_support: np.ndarray
     kg_consistent: np.ndarray
@@ -50,7 +50,7 @@ class Evidence:
 
 
 def kkt_term(kkt: np.ndarray, tau: float) -> np.ndarray:
-    """``lambda~_c [E_c > tau]``: each cause's share of the KKT cost, zero below ``tau``."""
+    """Eq. (hca-eq-score): ``lambda~_c [E_c > tau]``, each cause's share of the KKT cost."""
     kkt = np.asarray(kkt, float)
     if np.any(kkt < 0) or not np.all(np.isfinite(kkt)):
         raise ValueError("KKT evidence must be finite and non-negative")
@@ -61,7 +61,7 @@ def kkt_term(kkt: np.ndarray, tau: float) -> np.ndarray:
 
 
 def score_hypotheses(ev: Evidence, params: HCAParams) -> np.ndarray:
-    """The score ``s(c)`` of every hypothesis, ``(n_causes,)``."""
+    """Eq. (hca-eq-score): the score ``s(c)`` of every hypothesis, ``(n_causes,)``."""
     n = len(ev.kkt)
     for name in ("kg_support", "kg_consistent", "pcmci"):
         if len(getattr(ev, name)) != n:
@@ -72,7 +72,7 @@ def score_hypotheses(ev: Evidence, params: HCAParams) -> np.ndarray:
 
 
 def rank_and_validate(ev: Evidence, params: HCAParams) -> int:
-    """The explanation: the best-ranked hypothesis that passes validation.
+    """Eq. (hca-eq-score), ranked and validated: the best-ranked hypothesis that passes validation.
 
     Ranking is by score (ties: lower index first); validation needs an active
     cause with a sign-consistent knowledge-graph path (``kg_support``), and is
@@ -88,7 +88,7 @@ def rank_and_validate(ev: Evidence, params: HCAParams) -> int:
 
 
 def explain_all(evidence: Sequence[Evidence], params: HCAParams) -> np.ndarray:
-    """:func:`rank_and_validate` for a list of moves, ``(n_moves,)`` cause indices."""
+    """Eq. (hca-eq-score): :func:`rank_and_validate` for a list of moves; ``(n_moves,)`` causes."""
     return np.array([rank_and_validate(ev, params) for ev in evidence], dtype=int)
 
 
@@ -97,7 +97,7 @@ TAU_GRID: tuple[float, ...] = (0.0, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0
 
 def calibrate_tau(evidence: Sequence[Evidence], labels: Sequence[int], params: HCAParams,
                   grid: Sequence[float] = TAU_GRID) -> float:
-    """The KKT threshold from ``grid`` with the best accuracy on (early) labelled moves.
+    """Eq. (hca-eq-score): ``tau_KKT`` from ``grid`` with the best accuracy on labelled moves.
 
     Ties go to the value closest (in log scale) to the cross-domain ``params.tau_kkt``,
     so an uninformative calibration set leaves the parameter where it was.
