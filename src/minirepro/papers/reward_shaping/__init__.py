@@ -38,3 +38,6 @@ __all__ = ["BIASES", "LOW", "PLANTED", "PLANTED_SIGN", "plots", "BTFit", "Config
            "clean_probe", "contrast_pairs", "diff_of_means_probe", "features", "gram_schmidt",
            "last_token_states", "make_preferences", "make_question", "preference_rate",
            "project_out", "run_experiment", "train_bt", "utility"]
+
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("features", "bt", "shaping")

@@ -9,7 +9,7 @@ import torch
 
 
 class RewardHead(torch.nn.Module):
-    """The reward head r(h): linear (``hidden=0``) or one hidden ReLU layer [reconstruction]."""
+    """Eq. (reward-shaping-eq-bt)'s r(h): linear (``hidden=0``) or one hidden ReLU layer [reconstruction]."""
 
     def __init__(self, d: int, hidden: int = 0) -> None:
         super().__init__()
@@ -34,20 +34,20 @@ class RewardHead(torch.nn.Module):
 
 @dataclass
 class BTFit:
-    """A fitted head and its loss curve (mean BT loss per step, nats)."""
+    """Eq. (reward-shaping-eq-bt), fitted: a head and its loss curve (mean BT loss per step, nats)."""
 
     head: RewardHead
     losses: list[float] = field(default_factory=list)
 
 
 def bt_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
-    """Bradley-Terry negative log-likelihood: mean of -log sigmoid(r_c - r_r)."""
+    """Eq. (reward-shaping-eq-bt): Bradley-Terry negative log-likelihood, mean of -log sigmoid(r_c - r_r)."""
     return torch.nn.functional.softplus(-(r_chosen - r_rejected)).mean()
 
 
 def train_bt(h_chosen: np.ndarray, h_rejected: np.ndarray, hidden: int = 0, steps: int = 300,
              lr: float = 3e-3, weight_decay: float = 1e-4, seed: int = 0) -> BTFit:
-    """Fit a reward head by Bradley-Terry maximum likelihood (full batch, Adam).
+    """Eq. (reward-shaping-eq-bt): fit a reward head by Bradley-Terry maximum likelihood (full batch, Adam).
 
     Args:
         h_chosen, h_rejected: ``(n, d)`` states of the chosen and rejected responses.

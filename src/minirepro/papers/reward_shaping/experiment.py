@@ -67,7 +67,7 @@ class Config(ScaledConfig):
 
 @dataclass
 class Shaper:
-    """A trained head and a probe basis: reward(h) = head(h - alpha B^T B h) (Eq. shaped)."""
+    """Eq. (reward-shaping-eq-shaped): a trained head and a probe basis, reward(h) = head(h - alpha B^T B h)."""
 
     head: RewardHead
     basis: np.ndarray | None = None

@@ -11,7 +11,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 def last_token_states(backbone: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                       texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-    """§3: h = the final (normed) hidden state at each text's last non-pad token.
+    """Eq. (reward-shaping-eq-bt)'s h: the final (normed) hidden state at each text's last non-pad token.
 
     Texts are sorted by length and right-padded; the last real token is
     ``attention_mask.sum - 1`` (valid only with right padding, which is checked).
@@ -47,7 +47,7 @@ def last_token_states(backbone: PreTrainedModel, tokenizer: PreTrainedTokenizerB
 
 
 class StateCache:
-    """Memoised :func:`last_token_states`: each distinct text is encoded once."""
+    """Eq. (reward-shaping-eq-bt)'s h, memoised (:func:`last_token_states`): each distinct text once."""
 
     def __init__(self, backbone: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
         self.backbone, self.tokenizer = backbone, tokenizer

@@ -17,7 +17,7 @@ def _as_states(x: np.ndarray, name: str) -> np.ndarray:
 
 
 def diff_of_means_probe(h_pos: np.ndarray, h_neg: np.ndarray) -> np.ndarray:
-    """§3: p = normalise(mean h+ - mean h-) over contrastive pairs.
+    """Eq. (reward-shaping-eq-probe): p = normalise(mean h+ - mean h-) over contrastive pairs.
 
     Args:
         h_pos: ``(n, d)`` states of the texts with the attribute.
@@ -37,7 +37,7 @@ def diff_of_means_probe(h_pos: np.ndarray, h_neg: np.ndarray) -> np.ndarray:
 
 
 def clean_probe(p: np.ndarray, correctness: np.ndarray) -> np.ndarray:
-    """§3 (cleaning): remove the correctness direction from probe ``p`` and renormalise."""
+    """Eq. (reward-shaping-eq-probe), cleaning: remove the correctness direction from ``p``, renormalise."""
     p, c = np.asarray(p, float), np.asarray(correctness, float)
     if p.ndim != 1 or c.shape != p.shape:
         raise ValueError(f"probe and correctness direction must be vectors of one width, got {p.shape}, {c.shape}")
@@ -50,7 +50,7 @@ def clean_probe(p: np.ndarray, correctness: np.ndarray) -> np.ndarray:
 
 
 def gram_schmidt(probes: Sequence[np.ndarray] | np.ndarray, tol: float = 1e-8) -> np.ndarray:
-    """§3: an orthonormal basis B (rows) of the probes' span, by modified Gram-Schmidt.
+    """Eq. (reward-shaping-eq-shaped)'s B: orthonormal rows spanning the probes (modified Gram-Schmidt).
 
     Probes whose residual norm falls below ``tol`` (linearly dependent on earlier
     ones) are dropped, so ``B`` is ``(rank, d)`` with ``B B^T = I``.
@@ -74,7 +74,7 @@ def gram_schmidt(probes: Sequence[np.ndarray] | np.ndarray, tol: float = 1e-8) -
 
 
 def project_out(h: np.ndarray, basis: np.ndarray, alpha: float = 1.0) -> np.ndarray:
-    """§3: h_null = h - alpha * B^T B h for each row of ``h`` (``(n, d)`` or ``(d,)``)."""
+    """Eq. (reward-shaping-eq-shaped): h_null = h - alpha * B^T B h per row of ``h`` (``(n, d)`` or ``(d,)``)."""
     B = np.asarray(basis, dtype=np.float64)
     H = np.asarray(h)
     if B.ndim != 2:
