@@ -66,6 +66,9 @@ from minirepro.papers.sparseinfer.speed import (
                                                     time_ffn_block,
 )
 
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("core", "baselines")
+
 __all__ = [
     "METHODS", "Config", "Item", "LowRankPredictor", "SimilarityIndex", "budget",
     "capture_preactivations", "core_neurons", "decode_item", "decode_macs", "dense_generate",

@@ -21,7 +21,7 @@ from minirepro.papers.sparseinfer.core import core_neurons, set_mask, topk_mask
 
 
 def budget(d_ff: int, sparsity: float) -> int:
-    """Neurons kept per layer: ``k = floor(gamma * d_ff)`` (at least 1)."""
+    """Eq. (sparseinfer-eq-core), its budget: ``k = floor(gamma * d_ff)`` neurons (at least 1)."""
     if not 0 < sparsity <= 1:
         raise ValueError(f"sparsity (kept fraction) must be in (0, 1], got {sparsity}")
     return max(1, int(sparsity * d_ff))
@@ -57,7 +57,7 @@ def static_hot_sets(calib: Sequence[list[torch.Tensor]], layers: Sequence[int], 
 
 @dataclass
 class SimilarityIndex:
-    """The similarity-guided variant's offline part.
+    """Eq. (sparseinfer-eq-similar): the similarity-guided variant's clusters and neuron sets.
 
     Attributes:
         kmeans: fitted on the multi-hot core sets ``(n_prompts, d_ff)`` at ``layer``.
@@ -86,7 +86,9 @@ class SimilarityIndex:
 def fit_similarity_index(calib: Sequence[list[torch.Tensor]], layers: Sequence[int], n_clusters: int,
                          token_sparsity: float, sparsity: float, layer: int | None = None,
                          seed: int = 0) -> SimilarityIndex:
-    """§3, similarity-guided variant: cluster calibration prompts by their core sets (KMeans); one neuron set per cluster.
+    """Eq. (sparseinfer-eq-similar), offline: KMeans over core sets, one neuron set per cluster.
+
+    Cluster calibration prompts by their core sets (KMeans); one neuron set per cluster.
 
     Offline: the multi-hot core set of every calibration prompt at ``layer``
     (default: the middle sparsified layer) is clustered with KMeans. Each
@@ -116,14 +118,14 @@ def fit_similarity_index(calib: Sequence[list[torch.Tensor]], layers: Sequence[i
 
 
 def oracle_selector(sparsity: float):
-    """Per-token oracle: keep each token's ``k`` largest true pre-activations."""
+    """[reconstruction] per-token oracle baseline: each token's ``k`` largest pre-activations."""
     def select(_i: int, _x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         return topk_mask(a, budget(a.shape[1], sparsity))
     return select
 
 
 class LowRankPredictor(nn.Module):
-    """DejaVu-style predictor of which neurons fire: ``s(x) = B (A x) + c``, rank ``r``.
+    """[reconstruction] DejaVu-style predictor of firing neurons: ``s(x) = B (A x) + c``, rank r.
 
     Shapes: ``x (N, d_model) -> scores (N, d_ff)`` (logits of ``P(a_j > 0)``).
     """
@@ -169,7 +171,7 @@ def train_dejavu(inputs: dict[int, torch.Tensor], acts: dict[int, torch.Tensor],
 
 
 def dejavu_selector(predictors: dict[int, LowRankPredictor], sparsity: float):
-    """Per-token DejaVu-like selection: each token's ``k`` highest predicted scores."""
+    """[reconstruction] DejaVu-like baseline, per token: the ``k`` highest predicted scores."""
     @torch.no_grad()
     def select(i: int, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         return topk_mask(predictors[i](x), budget(a.shape[1], sparsity))
@@ -179,7 +181,7 @@ def dejavu_selector(predictors: dict[int, LowRankPredictor], sparsity: float):
 @torch.no_grad()
 def predictor_recall(predictors: dict[int, LowRankPredictor], inputs: dict[int, torch.Tensor],
                      acts: dict[int, torch.Tensor], sparsity: float) -> float:
-    """Mean fraction of each token's true top-``k`` neurons that the predictor's top-``k`` contains."""
+    """[reconstruction] DejaVu predictor recall: share of each token's true top-k it predicts."""
     vals = []
     for i, p in predictors.items():
         k = budget(acts[i].shape[1], sparsity)

@@ -22,7 +22,7 @@ from torch import nn
 
 @dataclass
 class FFNBlock:
-    """Handles on one decoder layer's feed-forward block.
+    """Eq. (sparseinfer-eq-ffn): handles on one decoder layer's feed-forward block.
 
     ``up`` are the linears whose rows are neurons (OPT: ``[fc1]``; Llama:
     ``[gate_proj, up_proj]``), ``down`` the linear whose columns are neurons, and
@@ -54,7 +54,7 @@ class FFNBlock:
 
 
 def ffn_blocks(model: nn.Module) -> list[FFNBlock]:
-    """The FFN blocks of an OPT-style or Llama-style ``transformers`` causal LM, in layer order."""
+    """Eq. (sparseinfer-eq-ffn) per layer: the FFN blocks of an OPT- or Llama-style LM, in order."""
     blocks: list[FFNBlock] = []
     for mod in model.modules():
         if hasattr(mod, "fc1") and hasattr(mod, "fc2") and isinstance(mod.fc1, nn.Linear):
@@ -67,7 +67,7 @@ def ffn_blocks(model: nn.Module) -> list[FFNBlock]:
 
 
 def sparse_layer_ids(n_layers: int, layers: str = "middle") -> list[int]:
-    """Which layers are sparsified: ``"all"``, or ``"middle"`` (all but the first and last).
+    """Eq. (sparseinfer-eq-decode), its layers: ``"all"``, or ``"middle"`` (not first, last).
 
     The paper leaves the first and last layers dense; with fewer than three layers
     ``"middle"`` keeps every layer sparse (nothing would be left otherwise).
@@ -86,7 +86,9 @@ def sparse_layer_ids(n_layers: int, layers: str = "middle") -> list[int]:
 @contextlib.contextmanager
 def capture_preactivations(model: nn.Module, store: dict[int, list[torch.Tensor]],
                            inputs: dict[int, list[torch.Tensor]] | None = None) -> Iterator[None]:
-    """While active, append every FFN's pre-activations ``(N, d_ff)`` to ``store[layer]``.
+    """Eq. (sparseinfer-eq-token), its input: record a = W1 x + b1, ``(N, d_ff)`` per layer.
+
+    While active, append every FFN's pre-activations ``(N, d_ff)`` to ``store[layer]``.
 
     ``N`` is the number of tokens in the forward call (batch times length). With
     ``inputs`` given, the FFN inputs ``(N, d_model)`` are stored there too
@@ -111,7 +113,7 @@ def capture_preactivations(model: nn.Module, store: dict[int, list[torch.Tensor]
 
 
 def token_core_neurons(a: torch.Tensor, token_sparsity: float = 0.2) -> torch.Tensor:
-    """Step 1 (§3, token-wise core neurons; the page's Eq. sparseinfer-eq-token): per token, the top ``k_tok`` neurons.
+    """Eq. (sparseinfer-eq-token), step 1: per token, the top ``k_tok`` neurons; (T, d_ff) -> (T, k_tok).
 
     ``k_tok = max(1, floor(alpha * n_pos))`` with ``n_pos`` the mean count of
     positive entries per token (for activations without exact zeros, e.g. SiLU
@@ -134,7 +136,7 @@ def token_core_neurons(a: torch.Tensor, token_sparsity: float = 0.2) -> torch.Te
 
 
 def sentence_core_neurons(token_sets: torch.Tensor, a: torch.Tensor, sparsity: float = 0.4) -> torch.Tensor:
-    """Step 2 (§3, sentence-wise core neurons; Eq. sparseinfer-eq-core): the ``k`` most frequent neurons.
+    """Eq. (sparseinfer-eq-core), step 2: the ``k`` most frequent neurons of the prompt; (k,).
 
     ``f_j = #{t : j in S_t}``; the core set is the top-``k`` of ``f``. Ties (and
     neurons that no token kept, when fewer than ``k`` were ever kept) are broken by
@@ -160,7 +162,7 @@ def sentence_core_neurons(token_sets: torch.Tensor, a: torch.Tensor, sparsity: f
 
 
 def core_neurons(a: torch.Tensor, token_sparsity: float = 0.2, sparsity: float = 0.4) -> torch.Tensor:
-    """§3, steps 1 and 2 together: the prompt's core neurons ``(k,)`` at one layer from ``a (T, d_ff)``."""
+    """Eqs. (sparseinfer-eq-token, sparseinfer-eq-core): a prompt's core neurons; (T, d_ff) -> (k,)."""
     return sentence_core_neurons(token_core_neurons(a, token_sparsity), a, sparsity)
 
 
@@ -182,7 +184,9 @@ def _slice_linear(lin: nn.Linear, idx: torch.Tensor, dim: int) -> nn.Linear:
 
 @contextlib.contextmanager
 def sliced_ffn(model: nn.Module, sets: dict[int, torch.Tensor]) -> Iterator[None]:
-    """§3, decoding with the core neurons: while active, layer ``i``'s FFN uses only ``W1[S], b1[S], W2[:, S]``.
+    """Eq. (sparseinfer-eq-decode): while active, layer ``i``'s FFN is sliced to its set ``S``.
+
+    Layer ``i`` uses only ``W1[S], b1[S], W2[:, S]``.
 
     The weights are gathered once, on entry, into new dense ``nn.Linear`` layers
     of width ``|S|`` (no per-token indexing); the originals come back on exit.
@@ -214,7 +218,9 @@ Selector = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
 
 @contextlib.contextmanager
 def masked_ffn(model: nn.Module, select: Selector, layers: list[int]) -> Iterator[None]:
-    """[reconstruction] While active, layer ``i`` in ``layers`` zeroes the FFN neurons ``select`` drops, per token.
+    """[reconstruction] Eq. (sparseinfer-eq-ffn) with a per-token mask: ``select`` drops neurons.
+
+    While active, layer ``i`` in ``layers`` zeroes the FFN neurons ``select`` drops, per token.
 
     Used for the per-token baselines (oracle, DejaVu), which choose a new set at
     every token and so cannot slice weights once.
@@ -243,20 +249,23 @@ def masked_ffn(model: nn.Module, select: Selector, layers: list[int]) -> Iterato
 
 
 def topk_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """``(N, d_ff)`` bool mask of each row's ``k`` largest scores."""
+    """[reconstruction] per-token top-k (oracle, DejaVu): mask of each row's k largest; (N, d_ff)."""
     keep = torch.zeros_like(scores, dtype=torch.bool)
     return keep.scatter_(1, torch.topk(scores, k, dim=1).indices, True)
 
 
 def set_mask(idx: torch.Tensor, d_ff: int) -> torch.Tensor:
-    """``(d_ff,)`` bool mask of the index set ``idx``."""
+    """Eq. (sparseinfer-eq-similar), its 1_C: the multi-hot mask of the index set; (d_ff,) bool."""
     m = torch.zeros(d_ff, dtype=torch.bool)
     m[torch.as_tensor(idx, dtype=torch.long)] = True
     return m
 
 
 def jaccard(s1: torch.Tensor, s2: torch.Tensor) -> float:
-    """``|S1 & S2| / |S1 | S2|`` of two index sets (1.0 for two empty sets)."""
+    """[reconstruction] stability and similarity of core sets: Jaccard ``|S1 & S2| / |S1 | S2|``.
+
+    1.0 for two empty sets.
+    """
     a, b = set(torch.as_tensor(s1).tolist()), set(torch.as_tensor(s2).tolist())
     union = len(a | b)
     return 1.0 if union == 0 else len(a & b) / union

@@ -176,7 +176,9 @@ class Decoded:
 def decode_item(model: PreTrainedModel, item: Item, kind: str, rule, layers: Sequence[int],
                 max_new_tokens: int, eos_token_id: int | None, generate: bool = True,
                 pre: tuple | None = None) -> Decoded:
-    """§3 protocol: prefill ``item.prompt`` densely, pick neurons, then decode sparsely (greedy and teacher-forced).
+    """[reconstruction] protocol: dense prefill, pick neurons, decode sparsely (greedy, teacher-forced).
+
+    Prefill ``item.prompt`` densely, pick neurons, then decode sparsely.
 
     The sets are gathered once, after the prefill (:func:`sliced_ffn`); per-token
     methods mask the decoding steps (:func:`masked_ffn`). ``pre`` is a prefill

@@ -26,10 +26,12 @@ def dense_generate(model: PreTrainedModel, input_ids: torch.Tensor, max_new_toke
 def sparseinfer_generate(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int,
                          layers: Sequence[int], token_sparsity: float = 0.2, sparsity: float = 0.4,
                          eos_token_id: int | None = None) -> torch.Tensor:
-    """Greedy generation the SparseInfer way (§3, Alg. 1).
+    """Eqs. (sparseinfer-eq-token, sparseinfer-eq-core, sparseinfer-eq-decode): greedy generation.
+
+    Greedy generation the SparseInfer way:
 
     1. Prefill ``input_ids (1, T)`` with the dense model, recording the pre-activations.
-    2. Core neurons per sparsified layer (:func:`core_neurons`, Eqs. 1-2).
+    2. Core neurons per sparsified layer (:func:`core_neurons`, Eqs. (sparseinfer-eq-token, sparseinfer-eq-core)).
     3. Gather ``W1[S], b1[S], W2[:, S]`` once; decode every new token with them.
 
     The first new token comes from the dense prefill, as in the paper. Returns
