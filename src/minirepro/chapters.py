@@ -218,6 +218,36 @@ class Chapter:
     title: str
     parameters: dict[str, Parameter] = field(default_factory=dict)
 
+    def config_class(self) -> type | None:
+        """The ``Config`` of the paper package the page imports (``None`` if it has none).
+
+        Imports that package, so it can take seconds (torch); ``minirepro list <chapter>``
+        uses it, the plain ``minirepro list`` does not.
+        """
+        import importlib
+
+        text = self.path.read_text(encoding="utf-8")
+        for pkg in dict.fromkeys(re.findall(r"from minirepro\.papers(?:\.| import )(\w+)", text)):
+            cfg = getattr(importlib.import_module(f"minirepro.papers.{pkg}"), "Config", None)
+            if cfg is not None:
+                return cfg
+        return None
+
+    def presets(self) -> dict[str, dict[str, Any]]:
+        """For each parameter named like a config field: its value at each scale.
+
+        A parameter left at ``None`` takes this value from ``Config.PRESETS`` (so the
+        notebook's comments need not restate it, and cannot drift from it).
+        """
+        from minirepro.core.scale import SCALES
+
+        cfg = self.config_class()
+        if cfg is None:
+            return {}
+        at = {scale: cfg.preset(scale) for scale in SCALES}
+        return {name: {scale: getattr(at[scale], name) for scale in SCALES}
+                for name in self.parameters if hasattr(at["book"], name)}
+
     def validate(self, params: dict[str, Any] | None, cwd: Path | None = None) -> dict[str, Any]:
         """Check names, types and ranges of ``params``; return them converted.
 

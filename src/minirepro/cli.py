@@ -54,13 +54,16 @@ def _parse_pairs(pairs: list[list[str]] | None, chapter_name: str, single: bool)
 
 
 def _cmd_list(args) -> int:
-    chapters = discover()
+    chapters = [get(args.chapter)] if args.chapter else discover()
+    presets = {c.name: c.presets() for c in chapters} if args.chapter else {}
     if args.json:
         print(json.dumps([{"name": c.name, "folder": c.slug, "title": c.title,
                            "parameters": {k: {"type": p.type, "default": p.default,
                                               "optional": p.optional, "choices": p.choices,
                                               "range": list(p.bounds()) if p.bounds() else None,
-                                              "path": p.is_path, "help": p.comment}
+                                              "path": p.is_path, "help": p.comment,
+                                              **({"presets": presets[c.name][k]}
+                                                 if k in presets.get(c.name, {}) else {})}
                                           for k, p in c.parameters.items()}}
                           for c in chapters], indent=2, default=str))
         return 0
@@ -68,6 +71,11 @@ def _cmd_list(args) -> int:
         print(f"{c.name}  ({c.slug})  {c.title}")
         for p in c.parameters.values():
             print(f"    {p.describe():48s}  {p.comment}")
+            if p.name in presets.get(c.name, {}):
+                at = presets[c.name][p.name]
+                print(f"    {'':48s}  presets: " + ", ".join(f"{k} {v!r}" for k, v in at.items()))
+    if not args.chapter:
+        print("(`minirepro list <chapter>` adds each parameter's value at every scale's preset)")
     return 0
 
 
@@ -242,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "conservationbench}")
 
     p = sub.add_parser("list", help="chapters, their parameters and defaults")
+    p.add_argument("chapter", nargs="?", help="one chapter, with its parameters' preset values")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_list)
 

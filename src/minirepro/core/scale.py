@@ -36,6 +36,9 @@ class ScaledConfig:
     """
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+    # Notebook parameters that choose what the page shows (which method is drawn up
+    # close), not what is computed; every other parameter is a field of the config.
+    VIEW_PARAMETERS: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def preset(cls, scale: str | None = None, **overrides: Any) -> Self:
