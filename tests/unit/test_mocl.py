@@ -292,19 +292,19 @@ def test_benchmarks():
 
 
 def test_config_and_method_names():
-    cfg = mocl.MoCLConfig.preset("smoke")
-    assert cfg.n_tasks < mocl.MoCLConfig.preset("book").n_tasks
-    assert mocl.MoCLConfig.preset("book", benchmark="split").n_tasks == 5
+    cfg = mocl.Config.preset("smoke")
+    assert cfg.n_tasks < mocl.Config.preset("book").n_tasks
+    assert mocl.Config.preset("book", benchmark="split").n_tasks == 5
     for name in mocl.METHODS + mocl.ABLATIONS:
         assert mocl.make_method(name, cfg).name == name
     with pytest.raises(ValueError, match="unknown method"):
         mocl.make_method("LwF", cfg)
     with pytest.raises(ValueError, match="benchmark"):
-        mocl.MoCLConfig.preset("smoke", benchmark="cifar")
+        mocl.Config.preset("smoke", benchmark="cifar")
 
 
 def test_tiny_stream_is_deterministic_and_no_gate_equals_fine_tuning():
-    cfg = mocl.MoCLConfig.preset("smoke", n_tasks=2, n_train=80, n_memory=40)
+    cfg = mocl.Config.preset("smoke", n_tasks=2, n_train=80, n_memory=40)
     tasks = mocl.permuted_digits(2, seed=0, n_train=80)
     a = mocl.run_stream("MoCL", cfg, 0, tasks)
     b = mocl.run_stream("MoCL", cfg, 0, tasks)
@@ -318,7 +318,7 @@ def test_tiny_stream_is_deterministic_and_no_gate_equals_fine_tuning():
 
 
 def test_cost_helpers():
-    cfg = mocl.MoCLConfig.preset("smoke", n_tasks=2, n_train=60, n_memory=30, epochs=1)
+    cfg = mocl.Config.preset("smoke", n_tasks=2, n_train=60, n_memory=30, epochs=1)
     tasks = mocl.permuted_digits(2, seed=0, n_train=60)
     runs = [mocl.run_stream(m, cfg, 0, tasks) for m in ("MoCL", "GPM", "fine-tuning")]
     macs = mocl.transform_macs(runs, cfg, 0)
@@ -335,14 +335,14 @@ def test_cost_helpers():
     with pytest.raises(ValueError, match="no tuning grid"):
         mocl.tune("joint", cfg)
     with pytest.raises(ValueError, match="unknown methods"):
-        mocl.run_comparison(["LwF"], cfg, [0])
+        mocl.run_experiment(["LwF"], cfg, [0])
 
 
 def test_seed_summary_top_share_ratios_and_tuning_seed():
-    cfg = mocl.MoCLConfig.preset("smoke", n_tasks=2, n_train=60, n_memory=30, epochs=1)
+    cfg = mocl.Config.preset("smoke", n_tasks=2, n_train=60, n_memory=30, epochs=1)
     tasks = mocl.permuted_digits(2, seed=0, n_train=60)
     runs = [mocl.run_stream(m, cfg, s, tasks) for s in (0, 1) for m in ("MoCL", "GPM")]
-    tab = mocl.summary(runs)
+    tab = mocl.summarise(runs)
     assert list(tab.index) == ["MoCL", "GPM"] and (tab["n"] == 2).all()
     acc = mocl.per_seed(runs, "ACC")["MoCL"]
     assert tab.loc["MoCL", "ACC mean"] == pytest.approx(acc.mean())
@@ -355,5 +355,5 @@ def test_seed_summary_top_share_ratios_and_tuning_seed():
         mocl.fisher_top_share(stats, frac=0.0)
     ratios = mocl.time_ratio_per_seed(runs, cfg, [0, 1], repeats=1)
     assert ratios.shape == (2,) and np.all(ratios > 0)
-    book = mocl.MoCLConfig.preset("book")
+    book = mocl.Config.preset("book")
     assert book.n_seeds >= 5 and mocl.TUNING_SEED not in range(0, book.n_seeds)

@@ -99,6 +99,11 @@ def run_scenario(name: str, cfg: Config, seeds: list[int], methods=METHODS,
     return ScenarioRun(sc, data, model, pd.DataFrame(evaluate(model, sc, data)), start)
 
 
+def run_experiment(cfg: Config, seeds: list[int], data_seed: int = 0) -> dict[str, ScenarioRun]:
+    """The chapter's experiment: :func:`run_scenario` for each of ``cfg.scenarios``, in order."""
+    return {name: run_scenario(name, cfg, seeds, data_seed=data_seed) for name in cfg.scenarios}
+
+
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
     """Mean, standard deviation and 95% t interval over seeds of each metric, per scenario
     and method (``minirepro.core.stats.seed_summary``)."""

@@ -52,6 +52,8 @@ class Config(ScaledConfig):
     distractor: float = 0.5  # size of the overlapping weaker event (0: one event at a time)
     n_seeds: int = 5  # independent scenario sets (runs per domain)
     n_jobs: int = 2  # runs in parallel processes (joblib); results do not depend on it
+    tau_kkt: float = 0.1  # the cross-domain KKT threshold (cost units) of HCAParams
+    VIEW_PARAMETERS: ClassVar = ("domain",)
 
     def __post_init__(self) -> None:
         if self.n_days < 1 or not 0 <= self.calib_days < self.n_days:

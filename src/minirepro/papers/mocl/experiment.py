@@ -39,7 +39,7 @@ METHOD_KEYS: dict[str, str] = {"mocl": "MoCL", "gpm": "GPM", "sgp": "SGP", "ewc"
 
 
 @dataclass
-class MoCLConfig(ScaledConfig):
+class Config(ScaledConfig):
     """Sizes and hyper-parameters of the miniature (one set for every method)."""
 
     benchmark: str = "permuted"  # permuted | split
@@ -58,6 +58,7 @@ class MoCLConfig(ScaledConfig):
     sgp_threshold: tuple[float, ...] = (0.9, 0.99, 0.99)  # SGP's threshold (held; alpha tuned)
     sgp_alpha: float = 20.0  # SGP importance scale (tuned)
     ewc_lambda: float = 10.0  # EWC penalty strength (tuned)
+    VIEW_PARAMETERS: ClassVar = ("method",)
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         "smoke": {"n_seeds": 1, "n_tasks": 3, "epochs": 2, "n_train": 400, "n_memory": 100},
@@ -84,7 +85,7 @@ class MoCLConfig(ScaledConfig):
         return (N_FEATURES, *self.hidden, N_CLASSES)
 
 
-def make_method(name: str, cfg: MoCLConfig) -> Method:
+def make_method(name: str, cfg: Config) -> Method:
     """The method object for a plot name (``METHODS`` or ``ABLATIONS``) under ``cfg``."""
     common = {"name": name, "layers": len(cfg.sizes) - 1,
               "protect_last": cfg.benchmark == "permuted"}
@@ -125,7 +126,7 @@ class RunResult:
 
 
 def sgd_epochs(weights: list[torch.Tensor], method: Method, X: torch.Tensor, y: torch.Tensor,
-               mask: torch.Tensor, cfg: MoCLConfig, generator: torch.Generator) -> float:
+               mask: torch.Tensor, cfg: Config, generator: torch.Generator) -> float:
     """``cfg.epochs`` passes of minibatch SGD with the method's gradient transform; last loss."""
     n = X.shape[0]
     loss = torch.tensor(float("nan"))
@@ -146,7 +147,7 @@ def sgd_epochs(weights: list[torch.Tensor], method: Method, X: torch.Tensor, y: 
     return loss
 
 
-def run_stream(method_name: str, cfg: MoCLConfig, seed: int,
+def run_stream(method_name: str, cfg: Config, seed: int,
                tasks: list[Task] | None = None) -> RunResult:
     """Train ``method_name`` on the task stream in order and fill the accuracy matrix.
 
@@ -179,7 +180,7 @@ def run_stream(method_name: str, cfg: MoCLConfig, seed: int,
     return RunResult(method_name, seed, R, seconds, fill, openness, extra)
 
 
-def run_joint(cfg: MoCLConfig, seed: int, tasks: list[Task] | None = None) -> RunResult:
+def run_joint(cfg: Config, seed: int, tasks: list[Task] | None = None) -> RunResult:
     """The upper bound: one network trained on all tasks' data at once, same number of SGD steps.
 
     Its ``R`` has the final accuracies in every row (there is no sequence).
@@ -201,14 +202,14 @@ def run_joint(cfg: MoCLConfig, seed: int, tasks: list[Task] | None = None) -> Ru
                      np.full((T, 3), np.nan))
 
 
-def run_comparison(methods: list[str], cfg: MoCLConfig, seeds: list[int],
+def run_experiment(methods: list[str], cfg: Config, seeds: list[int],
                    joint: bool = True) -> list[RunResult]:
     """Every method (and the joint bound) on every seed, under a progress bar."""
     unknown = [m for m in methods if m not in METHODS + ABLATIONS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; expected names from {METHODS + ABLATIONS}")
     if not seeds:
-        raise ValueError("run_comparison needs at least one seed")
+        raise ValueError("run_experiment needs at least one seed")
     jobs = [(m, s) for s in seeds for m in methods] + ([(JOINT, s) for s in seeds] if joint else [])
     out = []
     streams = {s: make_benchmark(cfg.benchmark, cfg.n_tasks, s, cfg.n_train) for s in seeds}
@@ -267,7 +268,7 @@ def seed_table(results: list[RunResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summary(results: list[RunResult]) -> pd.DataFrame:
+def summarise(results: list[RunResult]) -> pd.DataFrame:
     """Per method: mean, std and 95% t interval over seeds of ACC, BWT, late plasticity, s / task.
 
     Columns ``"<metric> mean"``, ``"<metric> std"``, ``"<metric> lo"``, ``"<metric> hi"`` and
@@ -306,7 +307,7 @@ def mean_matrix(results: list[RunResult], method: str) -> np.ndarray:
 TUNING_SEED = 100  # the one seed the knobs were tuned on; never among the reported seeds
 
 # Each method's main knob was chosen once, before the reported runs, as the best
-# final ACC of ``tune(method, MoCLConfig.preset("book"), seed=100)`` over these four
+# final ACC of ``tune(method, Config.preset("book"), seed=100)`` over these four
 # values (seed 100 is never reported): MoCL beta = 100, GPM threshold
 # (0.8, 0.99, 0.99), SGP alpha = 20 (threshold held at (0.9, 0.99, 0.99)), EWC
 # lambda = 10. Those are the config defaults. GPM's and SGP's picks lie on an edge
@@ -320,7 +321,7 @@ TUNING_GRID: dict[str, tuple[str, tuple]] = {
 }
 
 
-def tune(method: str, cfg: MoCLConfig, seed: int = TUNING_SEED,
+def tune(method: str, cfg: Config, seed: int = TUNING_SEED,
          grid: tuple | None = None) -> pd.DataFrame:
     """ACC of ``method`` for each value of its main knob (``TUNING_GRID``), on one held-out seed.
 
@@ -343,7 +344,7 @@ def tune(method: str, cfg: MoCLConfig, seed: int = TUNING_SEED,
 # --------------------------------------------------------------------------- cost
 
 
-def time_per_task(results: list[RunResult], cfg: MoCLConfig, seed: int, methods: list[str],
+def time_per_task(results: list[RunResult], cfg: Config, seed: int, methods: list[str],
                   repeats: int = 3) -> Timings:
     """Median wall time of one task (SGD epochs + memory update) per method, timed interleaved.
 
@@ -372,7 +373,7 @@ def time_per_task(results: list[RunResult], cfg: MoCLConfig, seed: int, methods:
     return compare_times(fns, repeats=repeats, warmup=1)
 
 
-def time_ratio_per_seed(results: list[RunResult], cfg: MoCLConfig, seeds: list[int],
+def time_ratio_per_seed(results: list[RunResult], cfg: Config, seeds: list[int],
                         method: str = "MoCL", baseline: str = "GPM", repeats: int = 3) -> np.ndarray:
     """Per seed, median time of one task of ``method`` over ``baseline`` (:func:`time_per_task`).
 
@@ -403,7 +404,7 @@ def fisher_top_share(stats: list[tuple[torch.Tensor, torch.Tensor]], frac: float
     return out
 
 
-def transform_macs(results: list[RunResult], cfg: MoCLConfig, seed: int) -> dict[str, int]:
+def transform_macs(results: list[RunResult], cfg: Config, seed: int) -> dict[str, int]:
     """Multiply-adds of one step's gradient transform per method, memory as at the end of ``seed``'s run.
 
     GPM/SGP: ``2 out in k`` per protected layer (``k`` stored bases); MoCL: two

@@ -134,7 +134,7 @@ def run_setting(splits: VectorSplits, cfg: Config, M: int, seed: int,
     return rows, models
 
 
-def run_comparison(cfg: Config, datasets: tuple[str, ...], seeds: list[int],
+def run_experiment(cfg: Config, datasets: tuple[str, ...], seeds: list[int],
                    M: int | None = None, methods: tuple[str, ...] = METHODS
                    ) -> tuple[pd.DataFrame, dict[tuple[str, int], dict]]:
     """``run_setting`` on each dataset and seed (fresh data draw per seed).
@@ -163,7 +163,7 @@ def code_size_curve(cfg: Config, headline: pd.DataFrame, dataset: str = "synthet
                       & (headline.M == cfg.M)]]
     for M in cfg.curve_M:
         if M != cfg.M:
-            parts.append(run_comparison(cfg, (dataset,), [seed], M=M)[0])
+            parts.append(run_experiment(cfg, (dataset,), [seed], M=M)[0])
     return pd.concat(parts, ignore_index=True).sort_values(["method", "M"], ignore_index=True)
 
 

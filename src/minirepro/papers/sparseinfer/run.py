@@ -63,6 +63,7 @@ class Config(ScaledConfig):
     """
 
     substrate: str = "book-opt"
+    model_name: str | None = None  # a local checkpoint folder or hub id instead of the shipped model
     token_sparsity: float = 0.2
     sparsity: float = 0.4
     layers: str = "middle"

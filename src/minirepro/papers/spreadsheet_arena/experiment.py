@@ -47,6 +47,7 @@ class Config(ScaledConfig):
     k_factor: float = 16.0
     n_voters: int = 40  # misspecified arm: voters sharing an arena's votes
     voter_spread: float = 0.5  # misspecified arm: s.d. of a voter's private taste per generator (logits)
+    votes_csv: str | None = None  # a `minirepro arena export` CSV of real votes to analyse
     PRESETS: ClassVar = {
         "smoke": {"n_seeds": 3, "n_per_category": 2, "n_battles": 2000, "n_boot": 100, "n_reps": 20,
                   "n_orders": 10, "n_voters": 10},
@@ -237,6 +238,11 @@ def run_seed(pool: Pool, voters: VoterModel, cfg: Config, seed: int) -> SeedRun:
     orders = order_dependence(votes, pool.generators, cfg.n_orders, cfg.k_factor, rng)
     return SeedRun(seed, votes, board, orders, style_control(pool, votes, voters),
                    expert_comparison(pool, votes))
+
+
+def run_experiment(pool: Pool, voters: VoterModel, cfg: Config, seeds: list[int]) -> list[SeedRun]:
+    """The chapter's experiment: :func:`run_seed`, one independent arena per seed."""
+    return [run_seed(pool, voters, cfg, s) for s in progress(seeds, desc="arenas")]
 
 
 def style_checks(style: StyleResult, big: float = 0.5) -> dict[str, float | bool]:

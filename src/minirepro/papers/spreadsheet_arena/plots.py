@@ -10,7 +10,7 @@ from minirepro.core import color
 from minirepro.papers.spreadsheet_arena.voters import VOTER_FEATURES
 
 
-def ratings_figure(board: pd.DataFrame, truth: dict[str, float], orders: np.ndarray,
+def plot_ratings(board: pd.DataFrame, truth: dict[str, float], orders: np.ndarray,
                    models: list[str]):
     """Left: BT ratings with 95% bootstrap intervals and the true rating. Right: online Elo
     final ratings under random orders of the same votes, each order shifted to the BT mean
@@ -42,7 +42,7 @@ def ratings_figure(board: pd.DataFrame, truth: dict[str, float], orders: np.ndar
     return fig
 
 
-def coefficients_figure(frame: pd.DataFrame, categories: list[str]):
+def plot_coefficients(frame: pd.DataFrame, categories: list[str]):
     """Planted vs fitted feature coefficients gamma, one panel per category (error bars 95%)."""
     fig, axes = plt.subplots(1, len(categories), figsize=(12, 3.8), sharey=True)
     x = np.arange(len(VOTER_FEATURES))
@@ -60,7 +60,7 @@ def coefficients_figure(frame: pd.DataFrame, categories: list[str]):
     return fig
 
 
-def expert_figure(table: pd.DataFrame):
+def plot_expert(table: pd.DataFrame):
     """Finance prompts: arena rating against the best-practice checker's mean score."""
     fig, ax = plt.subplots(figsize=(8.0, 4.2))
     for r in table.itertuples():
