@@ -59,3 +59,6 @@ __all__ = [
     "shared_bases", "shared_space", "ssa_loss", "subspace_pair", "synthetic_pairs", "theorem_table",
     "train_ensemble", "translate", "variance_basis", "zero_shot_accuracy",
 ]
+
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("geometry", "losses", "model")

@@ -26,7 +26,7 @@ def _matrix(x: np.ndarray, name: str) -> np.ndarray:
 
 
 def check_pairs(x: np.ndarray, y: np.ndarray, unit: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """``x`` and ``y`` as paired ``(n, d)`` float arrays, or a clear error.
+    """Eq. (ssa-eq-infonce)'s pairs (x_i, y_i): ``x``, ``y`` as paired ``(n, d)`` float arrays, or an error.
 
     Raises:
         ValueError: not 2-D, different pair counts or widths, a non-finite value, or
@@ -49,7 +49,7 @@ def check_pairs(x: np.ndarray, y: np.ndarray, unit: bool = True) -> tuple[np.nda
 
 
 def normalize(x: np.ndarray) -> np.ndarray:
-    """Rows of ``x`` scaled to unit norm, ``(n, d)``; a zero row is an error."""
+    """Eq. (ssa-eq-infonce)'s unit vectors: rows of ``x`` scaled to unit norm, ``(n, d)``; a zero row is an error."""
     x = _matrix(x, "x")
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     if np.any(norms < 1e-12):
@@ -58,7 +58,7 @@ def normalize(x: np.ndarray) -> np.ndarray:
 
 
 def gap_angle(x: np.ndarray, y: np.ndarray) -> float:
-    """§3 (vMF model): the gap Δθ = arccos(c_x · c_y) in degrees, c the mean directions.
+    """Eq. (ssa-eq-gap), vMF model: the gap Δθ = arccos(c_x · c_y) in degrees, c the mean directions.
 
     ``x, y``: ``(n, d)`` unit embeddings of the two modalities (paired or not, but the
     check wants equal counts). Returns an angle in [0, 180] degrees.
@@ -73,13 +73,13 @@ def gap_angle(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def liang_gap(x: np.ndarray, y: np.ndarray) -> float:
-    """Liang et al.'s gap ||μ_x - μ_y||_2 between the modality means of unit embeddings."""
+    """Eq. (ssa-eq-penalty)'s distance: Liang et al.'s gap ||μ_x - μ_y||_2 between the modality means."""
     x, y = check_pairs(x, y)
     return float(np.linalg.norm(x.mean(0) - y.mean(0)))
 
 
 def orthonormal_basis(a: np.ndarray, name: str = "basis") -> np.ndarray:
-    """An orthonormal basis ``(d, k)`` of the column span of ``a`` (``(d, k)``, full column rank)."""
+    """Eq. (ssa-eq-thm3)'s Q: an orthonormal basis ``(d, k)`` of the span of ``a`` (``(d, k)``, full rank)."""
     a = _matrix(a, name)
     q, r = np.linalg.qr(a)
     if np.any(np.abs(np.diag(r)) < 1e-10 * max(1.0, np.abs(r).max())):
@@ -88,7 +88,7 @@ def orthonormal_basis(a: np.ndarray, name: str = "basis") -> np.ndarray:
 
 
 def principal_angles(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Thm 3's principal angles between span(a) and span(b), in radians, ascending.
+    """Eq. (ssa-eq-thm3): Thm 3's principal angles between span(a) and span(b), in radians, ascending.
 
     ``a``: ``(d, p)``, ``b``: ``(d, q)`` with full column rank. Returns ``min(p, q)``
     angles: the arccosines of the singular values of ``Q_a^T Q_b`` (Björck-Golub), with
@@ -109,7 +109,7 @@ def principal_angles(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def effective_rank(values: np.ndarray) -> float:
-    """Roy-Vetterli effective rank exp(H(σ/Σσ)) of singular values ``σ`` (1-D, >= 0).
+    """[reconstruction] Thm 3's collapse, measured: Roy-Vetterli effective rank exp(H(σ/Σσ)) of ``σ``.
 
     Pass a matrix ``(n, d)`` instead and its singular values are used. Equals k for
     k equal non-zero values; 1 for a rank-one spectrum.
@@ -127,7 +127,7 @@ def effective_rank(values: np.ndarray) -> float:
 
 
 def variance_basis(x: np.ndarray, kept: float = VARIANCE_KEPT) -> np.ndarray:
-    """App. C.3: right singular vectors of ``x`` (``(n, d)``) up to ``kept`` cumulative
+    """Eq. (ssa-eq-ssp)'s B_X, App. C.3: right singular vectors of ``x`` (``(n, d)``) up to ``kept`` cumulative
     variance (squared singular values), as a ``(d, k)`` orthonormal basis."""
     x = _matrix(x, "x")
     if not 0 < kept <= 1:
@@ -142,7 +142,7 @@ def variance_basis(x: np.ndarray, kept: float = VARIANCE_KEPT) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SharedSpace:
-    """The shared subspace of two modalities (App. C.3) and what led to it.
+    """Eq. (ssa-eq-ssp): the shared subspace of two modalities (App. C.3) and what led to it.
 
     ``basis`` is ``(d, k)`` orthonormal; ``angles`` (degrees, ascending) are the principal
     angles between the two modalities' variance subspaces; ``d_overlap`` how many of them
@@ -166,7 +166,7 @@ class SharedSpace:
 
 def shared_space(x: np.ndarray, y: np.ndarray, kept: float = VARIANCE_KEPT, tol: float = OVERLAP_TOL,
                  top_k: int | None = None) -> SharedSpace:
-    """App. C.3 (SSP): the shared subspace of two modalities' embeddings.
+    """Eq. (ssa-eq-ssp), App. C.3 (SSP): the shared subspace of two modalities' embeddings.
 
     SVD of ``x`` and ``y`` (``(n, d)`` each), bases B_X, B_Y up to ``kept`` variance, SVD
     of G = B_X^T B_Y; singular values > 1 - ``tol`` give d_overlap and
@@ -191,7 +191,7 @@ def shared_space(x: np.ndarray, y: np.ndarray, kept: float = VARIANCE_KEPT, tol:
 
 
 def project(x: np.ndarray, basis: np.ndarray) -> np.ndarray:
-    """SSP's projection: ``x`` (``(n, d)``) onto span(``basis``) (``(d, k)`` orthonormal),
+    """Eq. (ssa-eq-ssp), SSP's projection: ``x`` (``(n, d)``) onto span(``basis``) (``(d, k)`` orthonormal),
     renormalised, kept in R^d. A row with no component in the subspace is an error."""
     x = _matrix(x, "x")
     p = x @ basis @ basis.T
@@ -202,7 +202,7 @@ def project(x: np.ndarray, basis: np.ndarray) -> np.ndarray:
 
 
 def shared_alignment(x: np.ndarray, y: np.ndarray, basis: np.ndarray) -> float:
-    """Shared-space alignment: the mean cosine of pairs after projecting both modalities
+    """Eq. (ssa-eq-align): shared-space alignment, the mean cosine of pairs after projecting both modalities
     onto span(``basis``) and renormalising (in [-1, 1])."""
     x, y = check_pairs(x, y)
     px, py = project(x, basis), project(y, basis)
@@ -210,13 +210,13 @@ def shared_alignment(x: np.ndarray, y: np.ndarray, basis: np.ndarray) -> float:
 
 
 def pair_cosine(x: np.ndarray, y: np.ndarray) -> float:
-    """The mean cosine of pairs in the full space (unit embeddings)."""
+    """Eq. (ssa-eq-align) unprojected: the mean cosine of pairs in the full space (unit embeddings)."""
     x, y = check_pairs(x, y)
     return float(np.mean(np.sum(normalize(x) * normalize(y), axis=1)))
 
 
 def isometry_violation(x: np.ndarray, y: np.ndarray) -> float:
-    """Thm 4's assumption x_i · c_x = y_i · c_y, measured: mean |x_i·c_x - y_i·c_y|,
+    """[reconstruction] Thm 4's assumption x_i · c_x = y_i · c_y, measured: mean |x_i·c_x - y_i·c_y|,
     with c the unit mean directions. 0 when intra-modal isometry holds."""
     x, y = check_pairs(x, y)
     cx, cy = x.mean(0), y.mean(0)

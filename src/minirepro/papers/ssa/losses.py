@@ -20,8 +20,8 @@ def _check(x: torch.Tensor, y: torch.Tensor) -> None:
 
 
 def info_nce(x: torch.Tensor, y: torch.Tensor, logit_scale: torch.Tensor) -> torch.Tensor:
-    """CLIP's symmetric InfoNCE (§2, Eq. (1)): the mean of the x->y and y->x cross-entropies
-    of the logits ``exp(logit_scale) * x y^T`` with the diagonal as targets.
+    """Eq. (ssa-eq-infonce): CLIP's symmetric InfoNCE, the mean of the x->y and y->x
+    cross-entropies of the logits ``exp(logit_scale) * x y^T`` with the diagonal as targets.
 
     ``x, y``: ``(M, n, d)`` unit embeddings (pair i is row i); ``logit_scale``: ``(M,)``, the
     log inverse temperature. Returns ``(M,)`` in nats.
@@ -37,21 +37,21 @@ def info_nce(x: torch.Tensor, y: torch.Tensor, logit_scale: torch.Tensor) -> tor
 
 
 def gap_penalty(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """[reconstruction] The gap-penalty baseline: ||μ_x - μ_y||², the squared distance between
-    the batch means of the unit embeddings (Liang et al.'s gap). ``(M, n, d)`` -> ``(M,)``."""
+    """Eq. (ssa-eq-penalty) [reconstruction]: the gap-penalty term ||μ_x - μ_y||², the squared
+    distance between the batch means of the unit embeddings (Liang et al.'s gap). ``(M, n, d)`` -> ``(M,)``."""
     _check(x, y)
     return ((x.mean(1) - y.mean(1)) ** 2).sum(-1)
 
 
 def project_normalize(x: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
-    """P̂_S x: coordinates of ``x`` (``(M, n, d)``) in the shared basis (``(M, d, k)``,
+    """Eq. (ssa-eq-ssp)'s P̂_S x: coordinates of ``x`` (``(M, n, d)``) in the shared basis (``(M, d, k)``,
     orthonormal columns, zero columns allowed as padding), renormalised: ``(M, n, k)``."""
     return F.normalize(x @ basis, dim=-1, eps=1e-8)
 
 
 def ssa_loss(x: torch.Tensor, y: torch.Tensor, logit_scale: torch.Tensor,
              basis: torch.Tensor) -> torch.Tensor:
-    """[reconstruction] SSA's extra term: InfoNCE(P̂_S x, P̂_S y) on the projections onto the
-    shared subspace S (``basis``, ``(M, d, k)``), with no term on the gap. ``(M,)``."""
+    """Eq. (ssa-eq-ssa) [reconstruction]: SSA's extra term, InfoNCE(P̂_S x, P̂_S y) on the
+    projections onto the shared subspace S (``basis``, ``(M, d, k)``), with no term on the gap. ``(M,)``."""
     _check(x, y)
     return info_nce(project_normalize(x, basis), project_normalize(y, basis), logit_scale)

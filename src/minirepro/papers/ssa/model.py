@@ -58,7 +58,7 @@ class EnsembleEncoder(torch.nn.Module):
 
 @dataclass(frozen=True)
 class Member:
-    """One training run: its seed, collapse angle (degrees) and arm."""
+    """[reconstruction] One run of the miniature: its seed, collapse angle (degrees) and arm."""
 
     seed: int
     phi: float
@@ -67,7 +67,7 @@ class Member:
 
 @dataclass
 class Trained:
-    """The trained ensemble: encoders, inverse temperatures, and the InfoNCE curve."""
+    """[reconstruction] The trained ensemble: encoders, inverse temperatures, and the InfoNCE curve."""
 
     members: list[Member]
     enc_x: EnsembleEncoder
@@ -90,7 +90,7 @@ class Trained:
 
 
 def shared_bases(ex: np.ndarray, ey: np.ndarray) -> np.ndarray:
-    """SSP's shared basis per member, zero-padded to ``(M, d, d)`` for batched projections."""
+    """Eq. (ssa-eq-ssp)'s B_S per member (SSP), zero-padded to ``(M, d, d)`` for batched projections."""
     m, _, d = ex.shape
     out = np.zeros((m, d, d))
     for i in range(m):
@@ -101,7 +101,7 @@ def shared_bases(ex: np.ndarray, ey: np.ndarray) -> np.ndarray:
 
 def build_ensemble(members: list[Member], x: dict[int, tuple[np.ndarray, ...]], bases: dict[float, tuple],
                    hidden: int) -> Trained:
-    """The untrained ensemble for ``members``: ``x[seed]`` holds the seed's inputs (first
+    """[reconstruction] The untrained ensemble for ``members``: ``x[seed]`` holds the seed's inputs (first
     ``x_train``, ``y_train``); ``bases[phi] = (basis_x, basis_y)``, each ``(d, rank)``."""
     if not members:
         raise ValueError("no members to train")
