@@ -271,3 +271,74 @@ def test_committed_learner_verifies_and_reproduces_its_manifest_quality():
     acc = full_context_accuracy(load_model(folder), 500, 999, "image-first", 5, 1)
     assert abs(acc - quality["held-out accuracy image-first"]) <= 0.01
     assert acc > 0.4  # far above chance (0.2): the learner reads the demonstrations
+
+
+# --- the spread variant -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", data.FORMATS)
+@pytest.mark.parametrize("radius", [0, 1, 2])
+@pytest.mark.parametrize("query_last", [False, True])
+def test_local_item_mask_matches_a_direct_loop(fmt, radius, query_last):
+    """The spread encoder's mask, entry by entry, against the rule written as a loop."""
+    from minirepro.papers.tasm.spread import local_item_mask
+
+    n = 3
+    mask = local_item_mask(n, fmt, radius, query_last)
+    lab_slot = 0 if fmt == "label-first" else data.N_PATCH
+    for i in range(n * data.ITEM):
+        for j in range(n * data.ITEM):
+            (ii, si), (ij, sj) = divmod(i, data.ITEM), divmod(j, data.ITEM)
+            if ii != ij:
+                want = False
+            elif query_last and ii == n - 1:
+                want = j <= i
+            elif si == lab_slot:
+                want = i == j
+            elif sj == lab_slot:
+                want = True
+            else:
+                pi, pj = (si - 1, sj - 1) if fmt == "label-first" else (si, sj)
+                want = max(abs(pi // 4 - pj // 4), abs(pi % 4 - pj % 4)) <= radius
+            assert bool(mask[i, j]) == want, (i, j)
+
+
+def test_spread_learner_caches_only_local_views():
+    """A demonstration token's cached key at the cross-item layer does not move when a patch
+    outside its window changes, and the uncompressed cache reproduces the plain forward."""
+    from minirepro.papers.tasm.spread import SpreadICLTransformer
+
+    torch.manual_seed(0)
+    model = SpreadICLTransformer(radius=1, n_way=5, d=32, heads=2, layers=2).eval()
+    ep = data.make_episodes(2, 5, 1, 4)
+    pre = model.prefill(ep.demo_patches, ep.demo_labels, "label-first")
+    logits, _ = model.answer(ep.query_patches, pre.kv, "label-first")
+    x = torch.cat([model.embed_items(ep.demo_patches, ep.demo_labels, "label-first"),
+                   model.embed_query(ep.query_patches, "label-first")], 1)
+    assert torch.allclose(logits, model.head(model(x)[:, -1]), atol=1e-5)
+    moved = ep.demo_patches.clone()
+    moved[:, 0, 15] += 1.0  # the bottom-right patch (row 3, col 3) of the first demonstration
+    pre2 = model.prefill(moved, ep.demo_labels, "label-first")
+    k1, k2 = pre.kv[1].k, pre2.kv[1].k  # (B, H, T, dh); token 1 + p is patch p of demo 0
+    assert torch.equal(k1[:, :, 1 + 0], k2[:, :, 1 + 0])  # patch (0, 0): out of the window
+    assert torch.equal(k1[:, :, 0], k2[:, :, 0])  # the label token sees only itself
+    assert not torch.allclose(k1[:, :, 1 + 10], k2[:, :, 1 + 10])  # patch (2, 2): in the window
+    assert torch.equal(k1[:, :, data.ITEM:], k2[:, :, data.ITEM:])  # other demonstrations
+
+
+def test_spread_bad_input_raises():
+    from minirepro.papers.tasm.spread import SpreadICLTransformer, local_item_mask
+
+    with pytest.raises(ValueError, match="format"):
+        local_item_mask(2, "label-last", 1, False)
+    with pytest.raises(ValueError, match="at least one item"):
+        local_item_mask(0, "label-first", 1, False)
+    with pytest.raises(ValueError, match="radius"):
+        local_item_mask(2, "label-first", -1, False)
+    model = SpreadICLTransformer(n_way=5, d=32, heads=2, layers=2)
+    with pytest.raises(ValueError, match="whole items"):
+        model.layer_masks(20)
+    ep = data.make_episodes(1, 5, 1, 0)
+    with pytest.raises(ValueError, match="label-first"):
+        model.prefill(ep.demo_patches, ep.demo_labels, "image-first")
+    with pytest.raises(ValueError, match="empty"):
+        model.prefill(ep.demo_patches[:, :0], ep.demo_labels[:, :0], "label-first")

@@ -7,6 +7,8 @@
   bipartite assignment, size-weighted merging and the JS divergence.
 * ``tasm``: TASM's task vector, token scores, windowed merging, Core + Latent Bank, gate.
 * ``artifact`` / ``loading``: the learner's checked artifact ``tasm-icl-transformer``.
+* ``spread`` / ``spread_artifact``: the spread variant (label-first, a local per-image encoder)
+  and its learner's checked artifact ``tasm-icl-spread``.
 * ``experiment``: the config and the comparison; ``plots``: the figures.
 """
 
@@ -27,13 +29,16 @@ from minirepro.papers.tasm.data import FORMATS, make_episodes, patchify, shuffle
 from minirepro.papers.tasm.experiment import (
     METHODS,
     NOT_COMPARABLE,
+    SPREAD,
     Config,
     latency,
     per_seed,
     run_experiment,
+    run_spread,
 )
-from minirepro.papers.tasm.loading import load_curve, load_model
+from minirepro.papers.tasm.loading import load_curve, load_model, load_spread_model
 from minirepro.papers.tasm.model import KV, ICLTransformer, attend
+from minirepro.papers.tasm.spread import SpreadICLTransformer, local_item_mask
 from minirepro.papers.tasm.tasm import (
     Gate,
     layer_weight,
@@ -44,9 +49,9 @@ from minirepro.papers.tasm.tasm import (
     token_scores,
 )
 
-__all__ = ["FORMATS", "KV", "METHODS", "NOT_COMPARABLE", "Config", "Gate", "ICLTransformer", "attend",
+__all__ = ["FORMATS", "KV", "METHODS", "NOT_COMPARABLE", "SPREAD", "Config", "SpreadICLTransformer", "Gate", "ICLTransformer", "attend",
            "bipartite_assign", "budget", "check_ratio", "h2o_select", "js_divergence", "latency",
-           "layer_weight", "load_curve", "load_model", "make_episodes", "merge_into_sinks",
+           "layer_weight", "load_curve", "load_model", "load_spread_model", "local_item_mask", "make_episodes", "merge_into_sinks",
            "merge_weights", "patchify", "per_seed", "plots", "proportional_attention", "random_select",
-           "run_experiment", "shuffle_labels", "snapkv_query_select", "snapkv_select", "task_vector",
+           "run_experiment", "run_spread", "shuffle_labels", "snapkv_query_select", "snapkv_select", "task_vector",
            "tasm_compress", "tome_merge", "token_scores"]

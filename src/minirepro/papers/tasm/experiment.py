@@ -4,7 +4,7 @@ held-out episodes in both formats, one evaluation seed at a time."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -24,6 +24,7 @@ from minirepro.papers.tasm.compress import (
 )
 from minirepro.papers.tasm.data import FORMATS, make_episodes, shuffle_labels
 from minirepro.papers.tasm.model import ICLTransformer, Prefill
+from minirepro.papers.tasm.spread import SPREAD_FORMAT
 from minirepro.papers.tasm.tasm import Gate, tasm_compress
 
 EVAL_SEED = 1_000  # evaluation episodes use seeds EVAL_SEED + seed (training used 100_000+)
@@ -136,6 +137,18 @@ def run_experiment(cfg: Config, model: ICLTransformer, seeds: list[int]) -> tupl
         tables.append(t)
         kept = kept or k
     return pd.concat(tables, ignore_index=True), kept
+
+
+SPREAD = "spread"  # the table's format name for the spread variant (label-first, local encoder)
+
+
+def run_spread(cfg: Config, model: ICLTransformer, seeds: list[int]) -> pd.DataFrame:
+    """The spread variant (:mod:`minirepro.papers.tasm.spread`): the same comparison, on the same
+    held-out episodes per seed, in the label-first format with the spread learner ``model``.
+    Returns the long table with ``format == SPREAD``."""
+    vcfg = replace(cfg, formats=(SPREAD_FORMAT,))
+    tables = [run_seed(model, vcfg, s)[0] for s in progress(seeds, desc="seeds (spread)")]
+    return pd.concat(tables, ignore_index=True).assign(format=SPREAD)
 
 
 def per_seed(table: pd.DataFrame, fmt: str, ratio: float, method: str) -> np.ndarray:

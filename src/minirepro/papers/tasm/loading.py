@@ -39,3 +39,28 @@ def load_curve(folder: Path | None = None) -> dict:
     """The artifact's training curve: loss and query accuracy per format, every ``every`` steps."""
     folder = Path(folder) if folder is not None else artifact_folder()
     return json.loads((folder / CURVE).read_text(encoding="utf-8"))
+
+
+# --- the spread variant's learner (artifacts/tasm-icl-spread/) ---------------------------
+
+SPREAD_NAME = "tasm-icl-spread"
+SPREAD_WEIGHTS = "spread_transformer.safetensors"
+
+
+def spread_folder() -> Path:
+    """The verified folder of the spread variant's learner (as :func:`artifact_folder`)."""
+    folder = artifacts.artifacts_root() / SPREAD_NAME
+    return folder if not artifacts.file_problems(folder) else artifacts.load(SPREAD_NAME)
+
+
+def load_spread_model(folder: Path | None = None):  # -> SpreadICLTransformer
+    """The spread variant's trained learner (float32, frozen)."""
+    from minirepro.papers.tasm.spread import SPREAD_ARCH, SpreadICLTransformer
+
+    folder = Path(folder) if folder is not None else spread_folder()
+    manifest = folder / artifacts.MANIFEST
+    spec = json.loads(manifest.read_text(encoding="utf-8"))["config"] if manifest.exists() else {}
+    arch = {**SPREAD_ARCH, **{k: int(spec[k]) for k in ("layers", "local") if k in spec}}
+    model = SpreadICLTransformer(radius=int(spec.get("radius", 1)), **arch)
+    model.load_state_dict({k: v.float() for k, v in load_file(str(folder / SPREAD_WEIGHTS)).items()})
+    return model.eval().requires_grad_(False)

@@ -115,3 +115,45 @@ def plot_training_curve(curve: dict) -> Figure:
     b.legend(fontsize=8, loc="upper left", frameon=False)
     fig.tight_layout()
     return fig
+
+
+PAIRS = {"TASM merge - prune": ("TASM (static core)", "TASM (prune)"), "ToMe - H2O": ("ToMe", "H2O")}
+
+
+def merge_minus_prune(table: pd.DataFrame) -> pd.DataFrame:
+    """Paired accuracy differences per (format, kept fraction, seed) for the two merge-vs-prune
+    pairs (:data:`PAIRS`): columns format, ratio, seed, pair, difference."""
+    wide = table.pivot_table(index=["format", "ratio", "seed"], columns="method", values="accuracy")
+    rows = [pd.DataFrame({"pair": name, "difference": wide[m] - wide[b]}).reset_index()
+            for name, (m, b) in PAIRS.items() if m in wide and b in wide]
+    return pd.concat(rows, ignore_index=True).dropna(subset=["difference"])
+
+
+def plot_merge_vs_prune(table: pd.DataFrame, min_effect: float) -> Figure:
+    """Merging minus pruning (accuracy, mean over seeds with 95% t intervals) against the kept
+    fraction, one panel per format (setting), for TASM's merge vs its pruning ablation and ToMe
+    vs H2O; the shaded band is +- ``min_effect``."""
+    d = merge_minus_prune(table)
+    fmts = list(dict.fromkeys(d["format"]))
+    s = seed_summary(d.assign(key=list(zip(d["format"], d.pair, d.ratio))), "key", "difference")
+    s = s.assign(format=[k[0] for k in s.index], pair=[k[1] for k in s.index],
+                 ratio=[k[2] for k in s.index]).reset_index(drop=True)
+    fig, axes = plt.subplots(1, len(fmts), figsize=(7.5, 3.3), sharey=True, squeeze=False)
+    cols = {"TASM merge - prune": COLORS["TASM"], "ToMe - H2O": COLORS["ToMe"]}
+    for ax, fmt in zip(axes[0], fmts):
+        ax.axhspan(-min_effect, min_effect, color="grey", alpha=0.15, lw=0, label=f"+-{min_effect} (min effect)")
+        ax.axhline(0, color="black", lw=0.8)
+        for pair, col in cols.items():
+            g = s[(s["format"] == fmt) & (s.pair == pair)].sort_values("ratio")
+            if g.empty:
+                continue
+            m = g["difference mean"]
+            ax.errorbar(g.ratio * 100, m, yerr=[m - g["difference lo"].fillna(m), g["difference hi"].fillna(m) - m],
+                        color=col, marker="o", ms=4, lw=1.4, capsize=2, label=pair)
+        ax.set_title(fmt, fontsize=10)
+        ax.set_xlabel("kept fraction of the demo cache (%)")
+    axes[0, 0].set_ylabel("accuracy difference (merge - prune)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", fontsize=8, frameon=False, bbox_to_anchor=(0.99, 0.5))
+    fig.tight_layout()
+    return fig
