@@ -68,6 +68,9 @@ from minirepro.papers.mocl.qstats import (
     tsallis_entropy,
 )
 
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("qstats", "methods")
+
 __all__ = [
     "ABLATIONS",
     "BENCHMARKS",

@@ -26,7 +26,9 @@ from minirepro.papers.mocl.qstats import effective_rank, exp_q
 
 def layer_statistics(weights: list[torch.Tensor], X: torch.Tensor, classes: tuple[int, ...],
                      generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per layer, the inputs ``a_l`` (n, in_l) and output gradients ``g_l`` (n, out_l).
+    """Eqs. (mocl-eq-kfac, mocl-eq-ewc, mocl-eq-gpm): per layer, the inputs and output gradients.
+
+    The inputs ``a_l`` are (n, in_l), the output gradients ``g_l`` (n, out_l).
 
     ``g_l[n] = d loss_n / d s_l[n]`` with the label of sample ``n`` drawn from the
     model's own predictive distribution (the "true" Fisher, not the empirical
@@ -45,7 +47,7 @@ def layer_statistics(weights: list[torch.Tensor], X: torch.Tensor, classes: tupl
 
 
 def kfac_factors(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Kronecker factors :math:`A = E[a a^\top]` (in, in) and :math:`G = E[g g^\top]` (out, out).
+    r"""Eq. (mocl-eq-kfac): Kronecker factors ``A = E[a a^T]`` (in, in) and ``G = E[g g^T]`` (out, out).
 
     For one sample, :math:`A \otimes G` is exactly the outer product of the
     vectorised gradient :math:`\mathrm{vec}(g a^\top) = a \otimes g`; for many it is
@@ -59,7 +61,10 @@ def kfac_factors(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.
 
 
 def diagonal_fisher(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    r"""EWC's diagonal Fisher (out, in): :math:`E[(g a^\top)^{\odot 2}] = E[g^{\odot 2} (a^{\odot 2})^\top]`, exact."""
+    r"""Eq. (mocl-eq-ewc): EWC's diagonal Fisher (out, in) of one task, exact.
+
+    :math:`E[(g a^\top)^{\odot 2}] = E[g^{\odot 2} (a^{\odot 2})^\top]`.
+    """
     if a.ndim != 2 or g.ndim != 2 or a.shape[0] != g.shape[0] or a.shape[0] == 0:
         raise ValueError(f"a (n, in) and g (n, out) need the same n >= 1; got {tuple(a.shape)}, "
                          f"{tuple(g.shape)}")
@@ -70,7 +75,9 @@ def diagonal_fisher(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
 
 
 def accumulate_factor(old: torch.Tensor | None, new: torch.Tensor, gamma: float) -> torch.Tensor:
-    r"""Metabolism: :math:`\Lambda \leftarrow \gamma \Lambda + \hat\Lambda_{new}` with the new factor at unit trace.
+    r"""Eq. (mocl-eq-metabolism): ``Lambda <- gamma Lambda + Lambda_new``, the new factor at unit trace.
+
+    :math:`\Lambda \leftarrow \gamma \Lambda + \hat\Lambda_{new}`.
 
     Each task enters with unit mass, so ``gamma`` alone sets how fast old tasks
     fade (``gamma = 1``: no decay; a task's weight halves after ``ln 2 / -ln gamma`` tasks).
@@ -83,7 +90,7 @@ def accumulate_factor(old: torch.Tensor | None, new: torch.Tensor, gamma: float)
 
 
 def factor_eigen(F: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eigenvalues (clipped at 0, descending) and eigenvectors (columns) of a symmetric PSD factor."""
+    """Eq. (mocl-eq-kfac): eigenvalues (clipped at 0, descending) and eigenvectors of a PSD factor."""
     if F.ndim != 2 or F.shape[0] != F.shape[1]:
         raise ValueError(f"a Kronecker factor must be square, got shape {tuple(F.shape)}")
     lam, U = torch.linalg.eigh(F.double())
@@ -93,10 +100,12 @@ def factor_eigen(F: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def metabolic_gate(lam_G: np.ndarray, lam_A: np.ndarray, q: float, beta: float,
                    hard: bool = False) -> np.ndarray:
-    r"""The gate :math:`M_{ij} = e_q(-\beta\, \lambda^G_i \lambda^A_j / \tau)` (out, in), :math:`\tau = \sum\lambda / r_q`.
+    r"""Eqs. (mocl-eq-gate, mocl-eq-tsallis): the gate ``M`` (out, in) from the two factor spectra.
 
-    ``r_q = r_q(p_G) r_q(p_A)`` is the Tsallis effective rank (Hill number) of the
-    Kronecker spectrum, computed from the factors (it is multiplicative). ``tau`` is
+    :math:`M_{ij} = e_q(-\beta\, \lambda^G_i \lambda^A_j / \tau)` with
+    :math:`\tau = \sum\lambda / r_q`; ``r_q = r_q(p_G) r_q(p_A)`` is the Tsallis
+    effective rank (Hill number) of the Kronecker spectrum, computed from the factors
+    (it is multiplicative). ``tau`` is
     then the mean eigenvalue over the effective support. With ``hard=True`` the
     smooth gate is rounded to a projection at the same scale: directions with
     :math:`\beta\lambda/\tau \ge 1` are closed (M = 0), all others left open (M = 1).
@@ -131,7 +140,9 @@ def metabolic_gate(lam_G: np.ndarray, lam_A: np.ndarray, q: float, beta: float,
 
 def gated_gradient(grad: torch.Tensor, U_G: torch.Tensor, M: torch.Tensor,
                    U_A: torch.Tensor) -> torch.Tensor:
-    r"""The gated update :math:`U_G\,(M \odot U_G^\top\, dW\, U_A)\,U_A^\top` (out, in).
+    r"""Eq. (mocl-eq-gate): the gated update ``U_G (M * (U_G^T dW U_A)) U_A^T``, (out, in).
+
+    :math:`U_G\,(M \odot U_G^\top\, dW\, U_A)\,U_A^\top`.
 
     The gradient is rotated into the Kronecker eigenbasis, where coordinate
     ``(i, j)`` is the direction :math:`u^G_i (u^A_j)^\top` of Fisher eigenvalue
@@ -145,7 +156,7 @@ def gated_gradient(grad: torch.Tensor, U_G: torch.Tensor, M: torch.Tensor,
 
 @dataclass
 class MoCLLayer:
-    """Accumulated factors of one layer, their eigenbases and the current gate."""
+    """Eqs. (mocl-eq-kfac, mocl-eq-metabolism, mocl-eq-gate): one layer's factors, eigenbases, gate."""
 
     A: torch.Tensor | None = None
     G: torch.Tensor | None = None
@@ -160,7 +171,7 @@ class MoCLLayer:
 
 
 def gpm_update_bases(M: torch.Tensor | None, R: torch.Tensor, threshold: float) -> torch.Tensor:
-    r"""GPM's memory update for one layer: add bases of ``R`` until it keeps ``threshold`` of its energy.
+    r"""Eq. (mocl-eq-gpm): GPM's memory update of one layer, bases until ``threshold`` of the energy.
 
     ``R`` (d, n) holds the layer's inputs for ``n`` samples of the finished task.
     With the stored orthonormal bases ``M`` (d, k), the energy already explained
@@ -191,7 +202,9 @@ def gpm_update_bases(M: torch.Tensor | None, R: torch.Tensor, threshold: float) 
 
 def gpm_project(grad: torch.Tensor, M: torch.Tensor | None, scale: torch.Tensor | None = None
                 ) -> torch.Tensor:
-    r"""Remove the stored subspace from the gradient's input side: :math:`dW - dW M \Lambda M^\top`.
+    r"""Eqs. (mocl-eq-gpm, mocl-eq-sgp): the gradient without the stored subspace, (out, in).
+
+    Removed from the gradient's input side: :math:`dW - dW M \Lambda M^\top`.
 
     ``Lambda = I`` is GPM's orthogonal projection; SGP passes importances in [0, 1].
     """
@@ -206,7 +219,10 @@ def gpm_project(grad: torch.Tensor, M: torch.Tensor | None, scale: torch.Tensor 
 
 
 def sgp_importance(sigma: torch.Tensor, alpha: float) -> torch.Tensor:
-    r"""SGP's basis importance :math:`\lambda_i = (\alpha + 1)\sigma_i / (\alpha\sigma_i + \sigma_{max})` in (0, 1]."""
+    r"""Eq. (mocl-eq-sgp): SGP's basis importance, in (0, 1], shape of ``sigma``.
+
+    :math:`\lambda_i = (\alpha + 1)\sigma_i / (\alpha\sigma_i + \sigma_{max})`.
+    """
     if alpha <= 0:
         raise ValueError(f"SGP's scale alpha must be positive, got {alpha}")
     if sigma.numel() == 0:
@@ -219,7 +235,7 @@ def sgp_importance(sigma: torch.Tensor, alpha: float) -> torch.Tensor:
 
 @dataclass
 class Method:
-    """A continual-learning rule: ``transform`` the gradients, ``remember`` a finished task."""
+    """Eq. (mocl-eq-step): a continual-learning rule; ``transform`` is ``T_l``, ``remember`` a task."""
 
     name: str
     layers: int = 3
@@ -242,12 +258,15 @@ class Method:
 
 @dataclass
 class FineTuning(Method):
-    """Plain SGD on each new task: the lower bound."""
+    """Eq. (mocl-eq-step) with ``T_l`` the identity: plain SGD on each new task, the lower bound."""
 
 
 @dataclass
 class EWC(Method):
-    r"""Online EWC: penalty :math:`\frac{\lambda}{2}\sum F (W - W^*)^2` with the diagonal Fisher summed over tasks."""
+    r"""Eq. (mocl-eq-ewc): online EWC, a proximal step on the penalty with the summed diagonal Fisher.
+
+    The penalty is :math:`\frac{\lambda}{2}\sum F (W - W^*)^2`.
+    """
 
     lam: float = 100.0
     lr: float = 0.05
@@ -278,7 +297,7 @@ class EWC(Method):
 
 @dataclass
 class GPM(Method):
-    """Gradient Projection Memory: orthogonal projection off the stored input subspaces."""
+    """Eq. (mocl-eq-gpm): Gradient Projection Memory, projection off the stored input subspaces."""
 
     threshold: tuple[float, ...] = (0.95, 0.99, 0.99)
     bases: list[torch.Tensor | None] = field(default_factory=list)
@@ -303,7 +322,7 @@ class GPM(Method):
 
 @dataclass
 class SGP(GPM):
-    """Scaled Gradient Projection: GPM's bases, each projected out only by its importance."""
+    """Eq. (mocl-eq-sgp): Scaled Gradient Projection, each GPM basis projected out by its importance."""
 
     alpha: float = 10.0
     sigma: list[torch.Tensor] = field(default_factory=list)
@@ -330,7 +349,9 @@ class SGP(GPM):
 
 @dataclass
 class MoCL(Method):
-    """MoCL (reconstruction): Tsallis-gated updates in a decayed Kronecker-factored Fisher eigenbasis.
+    """Eqs. (mocl-eq-kfac, mocl-eq-metabolism, mocl-eq-gate) [reconstruction]: MoCL's gated update.
+
+    Tsallis-gated updates in a decayed Kronecker-factored Fisher eigenbasis.
 
     Switches for ablations: ``gate=False`` (plain SGD), ``q=1`` (Shannon limit),
     ``hard=True`` (the gate rounded to 0/1 at the same temperature), ``gamma=1``

@@ -29,7 +29,9 @@ def _check_q(q: float) -> float:
 
 
 def exp_q(x: np.ndarray | float, q: float) -> np.ndarray:
-    r"""The q-exponential :math:`e_q(x) = [1 + (1-q)x]_+^{1/(1-q)}`, and :math:`e^x` at ``q = 1``.
+    r"""Eqs. (mocl-eq-gate, mocl-eq-tsallis): the q-exponential, elementwise.
+
+    :math:`e_q(x) = [1 + (1-q)x]_+^{1/(1-q)}`, and :math:`e^x` at ``q = 1``.
 
     For ``q < 1`` it has compact support (exactly zero once ``x <= -1/(1-q)``);
     for ``q > 1`` it decays like a power law, ``|x|^{-1/(q-1)}``, and is ``+inf``
@@ -56,7 +58,9 @@ def exp_q(x: np.ndarray | float, q: float) -> np.ndarray:
 
 
 def ln_q(x: np.ndarray | float, q: float) -> np.ndarray:
-    r"""The q-logarithm :math:`\ln_q x = (x^{1-q} - 1)/(1-q)` for ``x > 0`` (``ln`` at ``q = 1``).
+    r"""Eq. (mocl-eq-tsallis): the q-logarithm, inverse of :math:`e_q`; :math:`S_q = \sum p \ln_q(1/p)`.
+
+    :math:`\ln_q x = (x^{1-q} - 1)/(1-q)` for ``x > 0`` (``ln`` at ``q = 1``).
 
     Raises:
         ValueError: some ``x <= 0``.
@@ -84,7 +88,7 @@ def _as_distribution(p: np.ndarray) -> np.ndarray:
 
 
 def normalise_spectrum(lam: np.ndarray) -> np.ndarray:
-    """A non-negative spectrum (any shape) divided by its sum, flattened: a distribution.
+    """Eq. (mocl-eq-tsallis): ``p = lambda / sum(lambda)``, a spectrum (any shape) as a distribution.
 
     Raises:
         ValueError: negative or non-finite entries, or an all-zero spectrum.
@@ -99,7 +103,9 @@ def normalise_spectrum(lam: np.ndarray) -> np.ndarray:
 
 
 def tsallis_entropy(p: np.ndarray, q: float) -> float:
-    r"""Tsallis entropy :math:`S_q(p) = (1 - \sum_i p_i^q)/(q - 1)`; Shannon :math:`-\sum p \ln p` at ``q = 1``.
+    r"""Eq. (mocl-eq-tsallis): Tsallis entropy :math:`S_q(p) = (1 - \sum_i p_i^q)/(q - 1)`.
+
+    Shannon's :math:`-\sum p \ln p` at ``q = 1``.
 
     Args:
         p: a probability vector (non-negative, sums to 1), any shape (flattened).
@@ -114,15 +120,15 @@ def tsallis_entropy(p: np.ndarray, q: float) -> float:
 
 
 def shannon_entropy(p: np.ndarray) -> float:
-    """Shannon entropy in nats (the ``q = 1`` case of :func:`tsallis_entropy`)."""
+    """Eq. (mocl-eq-tsallis) at ``q = 1``: Shannon entropy in nats (see :func:`tsallis_entropy`)."""
     return tsallis_entropy(p, 1.0)
 
 
 def effective_rank(p: np.ndarray, q: float) -> float:
-    r"""The effective number of directions :math:`r_q = e_q(S_q(p)) = (\sum_i p_i^q)^{1/(1-q)}`.
+    r"""Eq. (mocl-eq-tsallis): the effective number of directions ``r_q`` of a distribution ``p``.
 
-    It is ``n`` for a uniform ``p`` over ``n`` entries, lies in ``[1, #nonzero]``, and at
-    ``q = 1`` it is :math:`e^{H(p)}`, the entropy effective rank. Because
+    :math:`r_q = e_q(S_q(p)) = (\sum_i p_i^q)^{1/(1-q)}`. It is ``n`` for a uniform ``p``
+    over ``n`` entries, lies in ``[1, #nonzero]``, and at ``q = 1`` it is :math:`e^{H(p)}`, the entropy effective rank. Because
     :math:`\sum (p \otimes p')^q = (\sum p^q)(\sum p'^q)`, it is multiplicative over
     Kronecker products, so a Kronecker-factored spectrum's rank is the product of
     its factors' ranks (no need to form the product).
