@@ -28,6 +28,9 @@ from .experiment import (
 from .fedavg import accuracy, all_masks, fedavg_coalitions, local_update, per_class_accuracy
 from .valuation import MAX_EXACT, banzhaf, exact_shapley, leave_one_out, monte_carlo_shapley, share
 
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("attack", "fedavg", "valuation", "defences")
+
 __all__ = ["ARMS", "DEFENCES", "EVALUATORS", "MAX_EXACT", "AttackResult", "Config", "Federation", "PCADecoder",
            "Results", "accuracy", "adversary_flag_rates", "adversary_shares", "all_masks", "banzhaf",
            "benign_kendall", "clip_flags", "cosine_to_others", "craft_batch", "defence_report",

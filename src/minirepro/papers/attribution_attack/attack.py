@@ -71,8 +71,11 @@ def target_classes(W: np.ndarray, proxy: tuple[np.ndarray, np.ndarray], own: np.
 
 @dataclass
 class AttackResult:
-    """The crafted batch ``X`` (m, 64) with ``labels`` (m,), the loss curve (one row per
-    step: total, gap, util, cos, norm) and the decoder."""
+    """Eq. (attribution-attack-eq-loss), its result: the crafted batch, loss curve and decoder.
+
+    The crafted batch ``X`` (m, 64) with ``labels`` (m,), the loss curve (one row per
+    step: total, gap, util, cos, norm) and the decoder.
+    """
 
     X: np.ndarray
     labels: np.ndarray
@@ -85,7 +88,9 @@ def craft_batch(own: tuple[np.ndarray, np.ndarray], proxy: tuple[np.ndarray, np.
                 steps: int, lr: float, local_steps: int, local_lr: float, weight_decay: float,
                 lam_util: float = 1.0, lam_cos: float = 1.0, lam_norm: float = 1.0,
                 seed: int = 0) -> AttackResult:
-    """§3 latent optimisation [reconstruction of the loss]: minimise over z
+    """Eq. (attribution-attack-eq-loss), §3 latent optimisation [reconstruction of the loss].
+
+    Minimise over z
 
     ``-gap(z) + lam_util * CE_own(z) + lam_cos * (1 - cos(D(z), g)) + lam_norm * (|D(z)|/|D_h| - 1)^2``
 

@@ -13,8 +13,11 @@ def _flat(updates: np.ndarray) -> np.ndarray:
 
 
 def krum_scores(updates: np.ndarray, f: int) -> np.ndarray:
-    """Krum (Blanchard et al. 2017): score_i = sum of squared distances from update i to its
-    n - f - 2 nearest other updates. ``updates`` (n, ...); needs n > f + 2. Shape (n,)."""
+    """[reconstruction] geometric defence, Krum (Blanchard et al. 2017): scores; (n, ...) -> (n,).
+
+    score_i = sum of squared distances from update i to its
+    n - f - 2 nearest other updates. ``updates`` (n, ...); needs n > f + 2.
+    """
     u = _flat(updates)
     n = len(u)
     m = n - f - 2
@@ -27,7 +30,7 @@ def krum_scores(updates: np.ndarray, f: int) -> np.ndarray:
 
 
 def krum_flags(updates: np.ndarray, f: int) -> np.ndarray:
-    """Multi-Krum: keep the n - f lowest Krum scores; flagged = not kept. Shape (n,) bool."""
+    """[reconstruction] geometric defence, Multi-Krum: flagged = not among the n - f kept; (n,)."""
     s = krum_scores(updates, f)
     keep = np.argsort(s, kind="stable")[: len(s) - f]
     flags = np.ones(len(s), dtype=bool)
@@ -36,7 +39,7 @@ def krum_flags(updates: np.ndarray, f: int) -> np.ndarray:
 
 
 def cosine_to_others(updates: np.ndarray) -> np.ndarray:
-    """Cosine between update i and the mean of the other updates (a diagnostic). Shape (n,)."""
+    """[reconstruction] geometric diagnostic: cosine of update i to the others' mean; (n,)."""
     u = _flat(updates)
     n = len(u)
     others = (u.sum(0)[None, :] - u) / (n - 1)
@@ -46,7 +49,9 @@ def cosine_to_others(updates: np.ndarray) -> np.ndarray:
 
 
 def foolsgold_weights(history: np.ndarray, kappa: float = 1.0) -> np.ndarray:
-    """FoolsGold (Fung et al. 2020, Alg. 1) learning-rate weights from the clients' summed
+    """[reconstruction] geometric defence, FoolsGold (Fung et al. 2020, its Alg. 1): weights; (n,).
+
+    Learning-rate weights from the clients' summed
     past updates ``history`` (n, ...): clients whose history is too similar to another's
     (sybils pushing one direction) get weights near 0. Shape (n,), in [0, 1].
     """
@@ -73,21 +78,23 @@ def foolsgold_weights(history: np.ndarray, kappa: float = 1.0) -> np.ndarray:
 
 
 def norm_ratio(updates: np.ndarray) -> np.ndarray:
-    """Norm of each update over the median norm of the round (the clipping bound's unit). Shape (n,)."""
+    """[reconstruction] geometric defence, clipping's unit: each norm over the round's median; (n,)."""
     nrm = np.linalg.norm(_flat(updates), axis=1)
     med = np.median(nrm)
     return nrm / med if med > 0 else np.zeros_like(nrm)
 
 
 def clip_flags(updates: np.ndarray, factor: float) -> np.ndarray:
-    """Norm clipping at ``factor`` x the median norm: flagged = clipped."""
+    """[reconstruction] geometric defence, norm clipping at ``factor`` x median: flagged = clipped."""
     if factor <= 0:
         raise ValueError(f"clip factor must be positive, got {factor}")
     return norm_ratio(updates) > factor
 
 
 def defence_report(updates: np.ndarray, f: int, fg_threshold: float, clip_factor: float) -> dict[str, np.ndarray]:
-    """Per round and client: each defence's score and flag. ``updates`` (R, n, ...).
+    """[reconstruction] geometric defences: each one's score and flag per round and client.
+
+    ``updates`` is (R, n, ...).
 
     Krum flags the ``f`` clients Multi-Krum drops; FoolsGold (on the updates summed up to
     the round) flags weights below ``fg_threshold``; clipping flags norms above

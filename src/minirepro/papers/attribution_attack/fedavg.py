@@ -11,12 +11,12 @@ N_CLASSES = 10
 
 
 def add_bias(X: np.ndarray) -> np.ndarray:
-    """``[X, 1]``: shape (n, d) -> (n, d + 1)."""
+    """[reconstruction] the miniature's softmax regression, its bias column: ``[X, 1]``; (n, d + 1)."""
     return np.hstack([X, np.ones((len(X), 1))])
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
-    """Row-wise softmax over the last axis, stable for large logits."""
+    """[reconstruction] the miniature's softmax regression: softmax over the last axis, stable."""
     z = z - z.max(axis=-1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=-1, keepdims=True)
@@ -24,7 +24,9 @@ def softmax(z: np.ndarray) -> np.ndarray:
 
 def local_update(W: np.ndarray, X: np.ndarray, y: np.ndarray, steps: int, lr: float,
                  weight_decay: float) -> np.ndarray:
-    """§2 (FedAvg's ClientUpdate): ``steps`` full-batch GD steps on mean cross-entropy.
+    """Eq. (attribution-attack-eq-fedavg), the client update Delta_k^t: ``steps`` GD steps on CE.
+
+    ``steps`` full-batch gradient-descent steps on the mean cross-entropy.
 
     ``W`` holds ``C`` models side by side, shape (d + 1, C * 10); ``X`` (n, d + 1) with the
     bias column. Returns the update (new minus old weights), shape of ``W``. All C models
@@ -44,7 +46,9 @@ def local_update(W: np.ndarray, X: np.ndarray, y: np.ndarray, steps: int, lr: fl
 
 @dataclass
 class CoalitionRun:
-    """FedAvg on every coalition: ``masks`` (C, n_clients) bool, final weights
+    """Eq. (attribution-attack-eq-fedavg) on every coalition, its record: masks, weights, history.
+
+    FedAvg on every coalition: ``masks`` (C, n_clients) bool, final weights
     ``W`` (C, d + 1, 10), and per-round global weights and client updates of the
     grand coalition (``history`` (R + 1, d + 1, 10), ``updates`` (R, n_clients, d + 1, 10))."""
 
@@ -55,14 +59,19 @@ class CoalitionRun:
 
 
 def all_masks(n: int) -> np.ndarray:
-    """Every coalition as a boolean row, row ``b`` = the bits of ``b``: shape (2**n, n)."""
+    """Eq. (attribution-attack-eq-shapley), its coalitions S: one boolean row each; (2**n, n).
+
+    Row ``b`` holds the bits of ``b``.
+    """
     b = np.arange(2 ** n)[:, None]
     return ((b >> np.arange(n)[None, :]) & 1).astype(bool)
 
 
 def fedavg_coalitions(clients: list[tuple[np.ndarray, np.ndarray]], rounds: int, local_steps: int,
                       lr: float, weight_decay: float = 0.0, masks: np.ndarray | None = None) -> CoalitionRun:
-    """§2 (FedAvg, equal client weights) for every coalition in ``masks`` (default: all 2**n).
+    """Eq. (attribution-attack-eq-fedavg), equal client weights, for every coalition in ``masks``.
+
+    ``masks`` defaults to all 2**n coalitions.
 
     Round t: every member k of coalition S starts from S's global model, makes
     ``local_steps`` GD steps on its data, and the server averages the members' updates
@@ -97,12 +106,18 @@ def fedavg_coalitions(clients: list[tuple[np.ndarray, np.ndarray]], rounds: int,
 
 
 def accuracy(W: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Accuracy of each model in ``W`` (C, d + 1, 10) or (d + 1, 10) on ``(X, y)``: shape (C,) or ()."""
+    """Eq. (attribution-attack-eq-shapley), its utility U(S): accuracy of each model; (C,) or ().
+
+    ``W`` is (C, d + 1, 10) or (d + 1, 10); the data are ``(X, y)``.
+    """
     logits = np.einsum("nd,...dk->...nk", add_bias(X), W)
     return (logits.argmax(-1) == y).mean(-1)
 
 
 def per_class_accuracy(W: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Accuracy of one model (d + 1, 10) per true class: shape (10,) (NaN for an absent class)."""
+    """[reconstruction] coverage of classes: one model's accuracy per true class; (10,).
+
+    ``W`` is (d + 1, 10); NaN for an absent class.
+    """
     pred = (add_bias(X) @ W).argmax(-1)
     return np.array([np.mean(pred[y == c] == c) if np.any(y == c) else np.nan for c in range(N_CLASSES)])

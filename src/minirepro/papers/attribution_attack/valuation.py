@@ -30,7 +30,9 @@ def _marginals(U: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 def exact_shapley(U: np.ndarray) -> np.ndarray:
-    """Shapley value (notes, Eq. phi_k): sum over S without k of |S|!(n-|S|-1)!/n! [U(S+k) - U(S)].
+    """Eq. (attribution-attack-eq-shapley), phi_k: the exact Shapley value; U (2**n,) -> (n,).
+
+    Sum over S without k of |S|!(n-|S|-1)!/n! [U(S+k) - U(S)].
 
     ``U`` has length 2**n; returns shape (n,). Refuses n > 12 (2**n retrainings):
     use :func:`monte_carlo_shapley` instead.
@@ -47,20 +49,25 @@ def exact_shapley(U: np.ndarray) -> np.ndarray:
 
 
 def banzhaf(U: np.ndarray) -> np.ndarray:
-    """Banzhaf value: the mean of U(S + k) - U(S) over all 2**(n-1) coalitions S without k. Shape (n,)."""
+    """Eq. (attribution-attack-eq-shapley), beta_k: the Banzhaf value; U (2**n,) -> (n,).
+
+    The mean of U(S + k) - U(S) over all 2**(n-1) coalitions S without k.
+    """
     U, n = _check(U)
     return np.array([m.mean() for _, _, m in _marginals(U, n)])
 
 
 def leave_one_out(U: np.ndarray) -> np.ndarray:
-    """Leave-one-out: U(N) - U(N minus k). Shape (n,)."""
+    """Eq. (attribution-attack-eq-shapley), LOO_k: leave-one-out U(N) - U(N minus k); (n,)."""
     U, n = _check(U)
     full = U.size - 1
     return np.array([U[full] - U[full & ~(1 << k)] for k in range(n)])
 
 
 def monte_carlo_shapley(U, n: int, permutations: int, seed: int = 0) -> np.ndarray:
-    """Permutation-sampling Shapley (Castro et al. 2009): the mean marginal contribution of
+    """Eq. (attribution-attack-eq-shapley), phi_k by permutation sampling; (n,).
+
+    Permutation-sampling Shapley (Castro et al. 2009): the mean marginal contribution of
     each player over ``permutations`` random orders. ``U`` is a table of length 2**n or a
     callable taking a bitmask (so n may exceed 12). Shape (n,)."""
     if n < 1 or permutations < 1:
@@ -85,7 +92,10 @@ def monte_carlo_shapley(U, n: int, permutations: int, seed: int = 0) -> np.ndarr
 
 
 def share(phi: np.ndarray) -> np.ndarray:
-    """Normalised attribution phi_k / sum_j |phi_j| (the notes: normalise before comparing runs)."""
+    """Eq. (attribution-attack-eq-share): normalised attribution phi_k / sum_j |phi_j|; (n,).
+
+    The notes: normalise before comparing runs.
+    """
     phi = np.asarray(phi, dtype=float)
     tot = np.abs(phi).sum()
     if tot == 0:
