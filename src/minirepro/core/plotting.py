@@ -119,3 +119,41 @@ def savefig(fig: matplotlib.figure.Figure, name: str) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, bbox_inches="tight")
+
+
+def distinct_colors(names: list[str]) -> dict[str, str]:
+    """``{name: color(name)}``, except that a name whose colour an earlier name already
+    took gets the next palette colour no one uses (hashed colours can collide)."""
+    out: dict[str, str] = {}
+    for name in names:
+        c = color(name)
+        if c in out.values():
+            c = next((p for p in PALETTE if p not in out.values()), c)
+        out[name] = c
+    return out
+
+
+def plot_seed_band(ax, x, runs, color: str, label: str | None = None, alpha: float = 0.15,
+                   **line_kw):
+    """The mean over seeds as a line, and the seeds' min-max range as a band behind it.
+
+    Args:
+        ax: the matplotlib axes.
+        x: the shared x values, shape ``(n,)``.
+        runs: one row per seed, shape ``(n_seeds, n)`` (anything ``numpy.asarray`` takes).
+        color: the line's and the band's colour.
+        label: the legend entry (the line's; the band has none).
+        alpha: the band's opacity.
+        **line_kw: passed to ``ax.plot`` (``marker``, ``lw``, ``ls``, ...).
+
+    Returns:
+        The line (a ``Line2D``).
+    """
+    import numpy as np
+
+    y = np.asarray(runs, dtype=float)
+    if y.ndim != 2 or y.shape[1] != len(x):
+        raise ValueError(f"runs must be (n_seeds, {len(x)}), got shape {y.shape}")
+    ax.fill_between(x, y.min(0), y.max(0), color=color, alpha=alpha, lw=0)
+    (line,) = ax.plot(x, y.mean(0), color=color, label=label, **line_kw)
+    return line

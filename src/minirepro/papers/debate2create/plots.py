@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minirepro.core import color
+from minirepro.core import color, plot_seed_band
 
 
 def _conds(names):
@@ -39,8 +39,7 @@ def plot_search(curves: dict[str, np.ndarray], default: float):
     cols = _conds(list(curves))
     for name, c in curves.items():
         x = np.arange(1, c.shape[1] + 1)
-        ax.plot(x, c.mean(0), label=name, color=cols[name], lw=2 if name == "debate" else 1.3)
-        ax.fill_between(x, c.min(0), c.max(0), color=cols[name], alpha=0.12)
+        plot_seed_band(ax, x, c, cols[name], label=name, alpha=0.12, lw=2 if name == "debate" else 1.3)
     ax.axhline(default, color="0.3", ls="--", lw=1, label="default body (mean)")
     ax.set_xlabel("candidates trained")
     ax.set_ylabel("best forward displacement so far (m)")

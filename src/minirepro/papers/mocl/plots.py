@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from matplotlib.ticker import MaxNLocator
 
-from minirepro.core import color
+from minirepro.core import color, plot_seed_band
 from minirepro.papers.mocl.experiment import JOINT, RunResult, mean_matrix, per_seed
 from minirepro.papers.mocl.methods import factor_eigen, kfac_factors, metabolic_gate
 from minirepro.papers.mocl.qstats import exp_q
@@ -38,8 +38,7 @@ def plot_plasticity_and_fill(results: list[RunResult], methods: list[str]) -> pl
     for m in methods:
         P = np.array([np.diag(r.R) for r in results if r.method == m])
         x = np.arange(1, P.shape[1] + 1)
-        ax.plot(x, P.mean(0), marker="o", ms=3.5, color=color(m), label=m)
-        ax.fill_between(x, P.min(0), P.max(0), color=color(m), alpha=0.15, lw=0)
+        plot_seed_band(ax, x, P, color(m), label=m, marker="o", ms=3.5)
     joint = [r for r in results if r.method == JOINT]
     if joint:
         ax.axhline(np.mean([r.R[-1].mean() for r in joint]), color=color(JOINT), ls="--",

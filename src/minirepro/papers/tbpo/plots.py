@@ -6,28 +6,16 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from minirepro.core import color as book_color
-from minirepro.core.plotting import PALETTE
+from minirepro.core.plotting import distinct_colors, plot_seed_band
 
 # The names this chapter plots, in a fixed order: colours are resolved against all of them.
 _ALL = ("reference", "optimum", "DPO", "TDPO", "TBPO-Q", "TBPO-A", "Bregman (logistic)",
         "Bregman (KLIEP)", "Bregman (LSIF)", "Bregman (BA -0.5)")
 
 
-def _colour_table() -> dict[str, str]:
-    """``color(name)`` for every name; a name whose hashed colour collides with a name
-    before it (e.g. one not yet in the book's METHOD_COLORS) takes the next free palette colour."""
-    out: dict[str, str] = {}
-    for name in _ALL:
-        c = book_color(name)
-        if c in out.values():
-            c = next(p for p in PALETTE if p not in out.values())
-        out[name] = c
-    return out
-
-
 def color(name: str) -> str:
-    """The colour of ``name`` on this chapter's figures (the book's colour unless it collides)."""
-    return _colour_table().get(name) or book_color(name)
+    """The colour of ``name`` on this chapter's figures (the book's, made distinct across ``_ALL``)."""
+    return distinct_colors(list(_ALL)).get(name) or book_color(name)
 
 
 def _methods(evals: pd.DataFrame) -> list[str]:
@@ -63,10 +51,8 @@ def plot_over_training(evals: pd.DataFrame, column: str, ylabel: str, exact: pd.
     optional dashed lines at the exact reference and optimum values."""
     fig, ax = plt.subplots(figsize=(8.5, 4.0))
     for m in _methods(evals):
-        g = evals[evals["method"] == m].groupby("step")[column]
-        mean, lo, hi = g.mean(), g.min(), g.max()
-        ax.plot(mean.index, mean.values, "-", color=color(m), label=m)
-        ax.fill_between(mean.index, lo.values, hi.values, color=color(m), alpha=0.15, lw=0)
+        wide = evals[evals["method"] == m].pivot_table(index="seed", columns="step", values=column)
+        plot_seed_band(ax, wide.columns.to_numpy(), wide.to_numpy(), color(m), label=m)
     if exact is not None:
         for name in ("reference", "optimum"):
             v = float(exact.loc[exact["method"] == name, column].iloc[0])
