@@ -75,14 +75,14 @@ def _check_output(t: torch.Tensor, name: str, n: int, upcast: bool) -> torch.Ten
     return t
 
 
-def _matvec(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``A y`` for ``A`` (m, n) or (B, m, n) and ``y`` (B, n): shape (B, m)."""
+def matvec(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Eq. (caffnet-eq-constraints), left side: ``A y`` for ``A`` (m, n) or (B, m, n), ``y`` (B, n) -> (B, m)."""
     return y @ A.T if A.ndim == 2 else torch.einsum("bmn,bn->bm", A, y)
 
 
 def violation(y: torch.Tensor, A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Eq. (caffnet-eq-loss): the violation ``ReLU(A y - b)`` of each row, shape (B, m)."""
-    return torch.relu(_matvec(A, y) - b)
+    return torch.relu(matvec(A, y) - b)
 
 
 def max_violation(y: torch.Tensor, A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -357,7 +357,7 @@ def hardnet_aff(f: torch.Tensor, A: torch.Tensor, bl: torch.Tensor, bu: torch.Te
                          f"with m={A.shape[-2]}")
     if bool((bl > bu).any()):
         raise InfeasibleConstraintsError("HardNet-Aff needs bl <= bu on every row")
-    Af = _matvec(A, f)
+    Af = matvec(A, f)
     corr = torch.relu(bl - Af) - torch.relu(Af - bu)
     pinv = torch.linalg.pinv(A)
     return f + (corr @ pinv.T if A.ndim == 2 else torch.einsum("bnm,bm->bn", pinv, corr))
@@ -433,12 +433,12 @@ def _polish(f: torch.Tensor, A: torch.Tensor, b: torch.Tensor, active: torch.Ten
     mask = active.to(f.dtype)
     A_S = (A if A.ndim == 3 else A.expand(f.shape[0], *A.shape)) * mask[..., None]
     pinv = torch.linalg.pinv(A_S)                                          # (B, n, m)
-    y = f - torch.einsum("bnm,bm->bn", pinv, _matvec(A_S, f) - b * mask)
+    y = f - torch.einsum("bnm,bm->bn", pinv, matvec(A_S, f) - b * mask)
     mu = torch.einsum("bnm,bn->bm", pinv, f - y)                           # multipliers
     resid = torch.linalg.vector_norm(torch.einsum("bmn,bm->bn", A_S, mu) - (f - y), dim=1)
     scale = 1.0 + torch.linalg.vector_norm(f - y, dim=1)
     mu_min = torch.where(keep, torch.zeros_like(mu), mu).amin(dim=1)
-    ok = ((_matvec(A, y) - b).amax(dim=1) <= tol) & (mu_min >= -1e-9 * scale) \
+    ok = ((matvec(A, y) - b).amax(dim=1) <= tol) & (mu_min >= -1e-9 * scale) \
         & (resid <= 1e-9 * scale)
     null = torch.eye(f.shape[1], dtype=f.dtype) - pinv @ A_S
     return y, null, ok

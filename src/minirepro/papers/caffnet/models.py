@@ -26,6 +26,7 @@ from minirepro.papers.caffnet.layer import (
     caffine,
     compute_faces,
     hardnet_aff,
+    matvec,
     max_violation,
     project_polytope,
     violation,
@@ -218,7 +219,7 @@ def train_methods(scenario, data: Data, methods=METHODS, seeds=(0,), *,
         Y = model.outputs(X, cons)                                                  # (K, B, n)
         T = data.t_train[idx].repeat(len(methods), 1, 1)
         y_flat = Y.reshape(len(methods), S * B, -1)
-        viol = torch.relu(torch.stack([_matvec_rows(cons.A, y) for y in y_flat]) - cons.b)
+        viol = torch.relu(torch.stack([matvec(cons.A, y) for y in y_flat]) - cons.b)
         viol = (viol ** 2).reshape(K, B, -1).mean(dim=(1, 2))
         member_loss = scenario.task_loss(Y, X, T) + penalty * viol                 # (K,)
         opt.zero_grad()
@@ -230,10 +231,6 @@ def train_methods(scenario, data: Data, methods=METHODS, seeds=(0,), *,
     train_loop(step, steps, desc=f"{scenario.name}: {len(methods)} methods x {S} seeds")
     model.losses = np.array(history)
     return model
-
-
-def _matvec_rows(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return y @ A.T if A.ndim == 2 else torch.einsum("bmn,bn->bm", A, y)
 
 
 @torch.no_grad()
