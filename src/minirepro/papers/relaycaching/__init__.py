@@ -51,3 +51,6 @@ __all__ = [
     "make_schedule", "naive_schedule", "plot_deviation", "plot_time", "plot_tradeoff", "prefill_flops", "probe_flops", "random_tokens", "relay_schedule",
     "relay_tokens", "rerotate", "reuse_rate", "reused_kv", "run_experiment", "split_relay",
 ]
+
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("rope", "relay", "blend", "select")

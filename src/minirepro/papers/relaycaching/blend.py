@@ -32,7 +32,7 @@ Detect = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torc
 
 @dataclass
 class Schedule:
-    """Which tokens of ``S`` (indices ``0 .. |S|-1``) are recomputed at each layer.
+    """Eq. (relaycaching-eq-reuse)'s T_l and D_l: the tokens of ``S`` (``0 .. |S|-1``) recomputed per layer.
 
     Attributes:
         passes: per layer, the ``S`` tokens that pass through the layer (nested: layer
@@ -54,7 +54,10 @@ def _idx(x: Sequence[int] | torch.Tensor) -> torch.Tensor:
 
 def make_schedule(n_layers: int, s_len: int, passes: Sequence, kv_only: Sequence | None = None,
                   detect_layer: int | None = None) -> Schedule:
-    """A checked :class:`Schedule` (raises ``ValueError`` on bad indices or non-nested passes)."""
+    """Eq. (relaycaching-eq-reuse)'s nested sets T_l as a checked :class:`Schedule`.
+
+    Raises ``ValueError`` on bad indices or non-nested passes.
+    """
     if len(passes) != n_layers:
         raise ValueError(f"passes has {len(passes)} layers, the model {n_layers}")
     kv_only = kv_only if kv_only is not None else [[] for _ in range(n_layers)]
@@ -78,17 +81,17 @@ def make_schedule(n_layers: int, s_len: int, passes: Sequence, kv_only: Sequence
 
 
 def full_schedule(n_layers: int, s_len: int) -> Schedule:
-    """Zero reuse: every token of ``S`` passes every layer (full prefill)."""
+    """Eq. (relaycaching-eq-reuse) with T_l = S: zero reuse, every token of ``S`` passes every layer."""
     return make_schedule(n_layers, s_len, [range(s_len)] * n_layers)
 
 
 def naive_schedule(n_layers: int, s_len: int) -> Schedule:
-    """Full reuse: nothing of ``S`` is recomputed (naive reuse with re-rotated keys)."""
+    """Eq. (relaycaching-eq-reuse) with T_l empty: full reuse (naive reuse with re-rotated keys)."""
     return make_schedule(n_layers, s_len, [[]] * n_layers)
 
 
 def reuse_rate(schedule: Schedule, s_len: int) -> float:
-    """Reuse rate ``1 - recomputed (layer, token) KV entries of S / (n_layers * |S|)``."""
+    """Eq. (relaycaching-eq-reuse): ``1 - recomputed (layer, token) KV entries of S / (n_layers * |S|)``."""
     if s_len < 1:
         raise ValueError("S must hold at least one token")
     n = len(schedule.passes)
@@ -98,7 +101,7 @@ def reuse_rate(schedule: Schedule, s_len: int) -> float:
 
 def reused_kv(cache: DynamicCache, model: PreTrainedModel, item: RelayItem
               ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """A's cached KV of ``S``, keys re-rotated from A's positions to B's; per layer ``(1, kv, |S|, hd)``."""
+    """Eq. (relaycaching-eq-rerotate) applied: A's cached KV of ``S``, keys moved to B's positions; per layer ``(1, kv, |S|, hd)``."""
     check_cache_compatible(cache, model)
     s0, s = len(item.pa), len(item.s)
     if cache.get_seq_length() != s0 + s:
@@ -112,7 +115,10 @@ def reused_kv(cache: DynamicCache, model: PreTrainedModel, item: RelayItem
 
 @dataclass
 class BlendOutput:
-    """Logits ``(|Q|, V)`` at B's question positions, the assembled ``DynamicCache``, the schedule used."""
+    """[reconstruction] What :func:`blended_prefill` returns.
+
+    Logits ``(|Q|, V)`` at B's question positions, the assembled ``DynamicCache``, the schedule used.
+    """
 
     logits: torch.Tensor
     cache: DynamicCache
@@ -198,7 +204,7 @@ def blended_prefill(model: PreTrainedModel, item: RelayItem,
 
 def prefill_flops(model: PreTrainedModel, item: RelayItem, schedule: Schedule,
                   probe: bool = False) -> float:
-    """Multiply-add FLOPs (x2) of B's prefill under ``schedule`` (+ the RelayCaching probe).
+    """[reconstruction] Cost: multiply-add FLOPs (x2) of B's prefill under ``schedule`` (+ the probe).
 
     Per token passing a layer: Q/K/V/O projections, SwiGLU, and attention over the
     ``pos + 1`` visible keys; per ``kv_only`` token: the K/V projections. The LM head
@@ -221,7 +227,7 @@ def prefill_flops(model: PreTrainedModel, item: RelayItem, schedule: Schedule,
 
 
 def probe_flops(model: PreTrainedModel, item: RelayItem) -> float:
-    """FLOPs of the layer-0 probe: queries of ``S`` and their scores against the visible keys."""
+    """[reconstruction] Cost of the layer-0 probe (FLOPs): queries of ``S`` and their scores against the visible keys."""
     cfg = model.config
     d, nh = cfg.hidden_size, cfg.num_attention_heads
     hd = d // nh

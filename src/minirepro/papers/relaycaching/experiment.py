@@ -108,7 +108,7 @@ class Config(ScaledConfig):
 
 def deviation_map(model: PreTrainedModel, item: RelayItem, cache=None, full_cache=None
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Eq. (1) per layer and ``S`` token: ``1 - cos`` of A's re-rotated keys (values) vs B's full prefill; ``(L, |S|)`` x2."""
+    """Eq. (relaycaching-eq-dev) per layer and ``S`` token: ``1 - cos`` of A's re-rotated keys (values) vs B's full prefill; ``(L, |S|)`` x2."""
     cache = cache if cache is not None else a_cache(model, item)
     if full_cache is None:
         _, full_cache = full_prefill(model, item.b_ids)

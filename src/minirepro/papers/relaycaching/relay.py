@@ -23,7 +23,7 @@ from minirepro.core.lm.corpus_v2 import RELAY_A_ROLES, RELAY_B_ROLES, CorpusV2Co
 
 @dataclass(frozen=True)
 class RelayItem:
-    """One relay, tokenised.
+    """[reconstruction] One relay, tokenised: A's context ``P_A + S``, B's ``P_B + S + Q``.
 
     Attributes:
         pa, s, pb, q: token ids of A's prefix, the trace, B's prefix and B's question part.
@@ -53,7 +53,7 @@ class RelayItem:
 
 
 def split_relay(prompt: str) -> tuple[str, str, str, str]:
-    """``(role_a, task, work, rest)`` of a corpus relay prompt; ``rest`` = ``role_b question : ...``."""
+    """[reconstruction] The relay's parts ``(role_a, task, work, rest)`` of a corpus prompt; ``rest`` = ``role_b question : ...``."""
     head, sep, rest = prompt.partition(" done . ")
     if not sep or " task : " not in head:
         raise ValueError(f"not a relay prompt: {prompt[:80]!r}")
@@ -94,7 +94,7 @@ def make_items(tokenizer: PreTrainedTokenizerBase, corpus_cfg: CorpusV2Config, n
 
 @torch.no_grad()
 def a_cache(model: PreTrainedModel, item: RelayItem, decode: bool = False) -> DynamicCache:
-    """Agent A's KV cache of ``P_A + S`` (a ``DynamicCache``; keys RoPE-rotated at A's positions).
+    """Eq. (relaycaching-eq-rerotate)'s K^A: agent A's KV cache of ``P_A + S`` (keys rotated at A's positions).
 
     ``decode=True`` prefills ``P_A`` and then feeds ``S`` one token at a time (the decode
     phase, teacher-forced on the corpus trace); ``False`` prefills ``P_A + S`` at once.
@@ -112,7 +112,10 @@ def a_cache(model: PreTrainedModel, item: RelayItem, decode: bool = False) -> Dy
 
 @torch.no_grad()
 def full_prefill(model: PreTrainedModel, ids: torch.Tensor) -> tuple[torch.Tensor, DynamicCache]:
-    """The reference: one ``transformers`` forward over ``ids`` ``(1, T)``; logits ``(T, V)`` and cache."""
+    """Eq. (relaycaching-eq-dev)'s K^B, full prefill (reuse 0): one forward over ``ids`` ``(1, T)``.
+
+    Returns the logits ``(T, V)`` and the ``DynamicCache`` (plain ``transformers``).
+    """
     _check_len(model, ids.shape[1])
     cache = DynamicCache(config=model.config)
     out = model(input_ids=ids, cache=cache, use_cache=True)

@@ -14,13 +14,13 @@ from transformers import DynamicCache, PreTrainedModel
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``(-x2, x1)`` for the halves ``x = (x1, x2)`` of the last dimension (Llama's convention)."""
+    """Eq. (relaycaching-eq-rerotate)'s R: ``(-x2, x1)`` for the halves ``x = (x1, x2)`` of the last dimension (Llama's convention)."""
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat((-x2, x1), dim=-1)
 
 
 def inv_freq_of(model: PreTrainedModel) -> torch.Tensor:
-    """The rotary inverse frequencies ``(head_dim / 2,)`` of a Llama-style model."""
+    """Eq. (relaycaching-eq-rerotate)'s R: the rotary inverse frequencies ``(head_dim / 2,)`` of a Llama-style model."""
     rot = getattr(getattr(model, "model", model), "rotary_emb", None)
     if rot is None:
         raise TypeError(f"{type(model).__name__} has no rotary embedding (RoPE); re-rotation needs one")
@@ -29,7 +29,7 @@ def inv_freq_of(model: PreTrainedModel) -> torch.Tensor:
 
 def rerotate(keys: torch.Tensor, from_pos: torch.Tensor | int, to_pos: torch.Tensor | int,
              inv_freq: torch.Tensor) -> torch.Tensor:
-    """§3 (RoPE re-positioning, as CacheBlend): keys rotated for ``from_pos`` moved to ``to_pos``.
+    """Eq. (relaycaching-eq-rerotate), RoPE re-positioning as CacheBlend: keys at ``from_pos`` moved to ``to_pos``.
 
     Args:
         keys: ``(..., T, head_dim)`` keys with RoPE applied at positions ``from_pos``.
@@ -57,7 +57,7 @@ def rerotate(keys: torch.Tensor, from_pos: torch.Tensor | int, to_pos: torch.Ten
 
 
 def check_cache_compatible(cache: DynamicCache, model: PreTrainedModel) -> None:
-    """Raise ``ValueError`` unless ``cache``'s layers, KV heads and head size match ``model``'s config."""
+    """[reconstruction] Reuse precondition: ``ValueError`` unless ``cache``'s layers, KV heads and head size match ``model``'s config."""
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     n_kv = getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)

@@ -21,7 +21,7 @@ from minirepro.papers.relaycaching.relay import RelayItem
 
 
 def kv_deviation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Eq. (1): ``1 - cos(a_j, b_j)`` per token over all heads; ``(1, kv, T, hd)`` x2 -> ``(T,)``."""
+    """Eq. (relaycaching-eq-dev), the paper's Eq. 1: ``1 - cos(a_j, b_j)`` per token over all heads; ``(1, kv, T, hd)`` x2 -> ``(T,)``."""
     if a.shape != b.shape:
         raise ValueError(f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}")
     x = a.float().permute(2, 0, 1, 3).reshape(a.shape[2], -1)
@@ -76,7 +76,7 @@ def layer0_probe(model: PreTrainedModel, item: RelayItem) -> tuple[torch.Tensor,
 def relay_tokens(prefix_mass: torch.Tensor, influence: torch.Tensor, tau_diff: float = 1.5,
                  tau_down: float = 1.45, n_boundary: int = 2, n_suffix: int = 2,
                  budget: float | None = None) -> torch.Tensor:
-    """§4.3 [reconstruction]: boundary ∪ suffix ∪ {mass > tau_diff·mean} ∪ {influence > tau_down·mean}.
+    """Eq. (relaycaching-eq-select), §4.3 [reconstruction]: boundary ∪ suffix ∪ {mass > tau_diff·mean} ∪ {influence > tau_down·mean}.
 
     With ``budget`` (a share of ``S``), the thresholds are replaced by one common
     multiple ``tau`` of the means, set per relay so that ``round(budget·|S|)`` tokens are
@@ -105,7 +105,7 @@ def relay_tokens(prefix_mass: torch.Tensor, influence: torch.Tensor, tau_diff: f
 
 def random_tokens(s_len: int, budget: float, n_boundary: int = 2, n_suffix: int = 2,
                   seed: int = 0) -> torch.Tensor:
-    """The control for the selector [ours]: the same edges and count as :func:`relay_tokens`, the rest drawn at random."""
+    """[reconstruction] The selector's control (ours): :func:`relay_tokens`' edges and count, the rest at random."""
     if not 0 <= budget <= 1:
         raise ValueError(f"budget must be in [0, 1], got {budget}")
     idx = np.arange(s_len)
@@ -118,7 +118,7 @@ def random_tokens(s_len: int, budget: float, n_boundary: int = 2, n_suffix: int 
 
 
 def relay_schedule(n_layers: int, s_len: int, tokens: torch.Tensor, top_layer: int) -> Schedule:
-    """RelayCaching's schedule: ``tokens`` pass layers ``0..top_layer`` (the window's top); the rest is reused.
+    """Eq. (relaycaching-eq-reuse)'s T_l for RelayCaching [reconstruction]: ``tokens`` pass layers ``0..top_layer`` (the window's top); the rest is reused.
 
     Layers below the window are passed too (a token needs its hidden state), and counted.
     """
@@ -128,8 +128,9 @@ def relay_schedule(n_layers: int, s_len: int, tokens: torch.Tensor, top_layer: i
 
 
 def cacheblend_schedule(n_layers: int, s_len: int, detect_layer: int = 1) -> Schedule:
-    """CacheBlend's schedule: all of ``S`` passes the layers below ``detect_layer``; there every
-    token's KV is recomputed (the deviation check) and only the selected tokens pass from then on."""
+    """Eq. (relaycaching-eq-reuse)'s T_l, D_l for CacheBlend: all of ``S`` passes the layers below
+    ``detect_layer``; there every token's KV is recomputed (the deviation check) and only the
+    selected tokens pass from then on."""
     every = list(range(s_len))
     passes = [every] * n_layers
     kv_only = [every if li == detect_layer else [] for li in range(n_layers)]
@@ -137,7 +138,8 @@ def cacheblend_schedule(n_layers: int, s_len: int, detect_layer: int = 1) -> Sch
 
 
 def cacheblend_detect(ratio: float):
-    """CacheBlend's selector: the ``ratio`` share of tokens with the largest value deviation (>= 1 token)."""
+    """Eq. (relaycaching-eq-dev) at the detection layer: CacheBlend's selector, the ``ratio`` share of
+    tokens with the largest value deviation (>= 1 token)."""
     if not 0 <= ratio <= 1:
         raise ValueError(f"ratio must be in [0, 1], got {ratio}")
 
