@@ -32,6 +32,9 @@ from minirepro.papers.rq_moe.rq import PlainRQ
 from minirepro.papers.rq_moe.special_cases import special_case_deviations
 from minirepro.papers.rq_moe.train import data_scale, train_quantizer
 
+# Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("rq", "quantizers", "train", "special_cases", "baselines")
+
 __all__ = [
     "BASELINES",
     "DATASETS",

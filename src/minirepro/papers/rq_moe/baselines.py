@@ -10,7 +10,9 @@ BASELINES: tuple[str, ...] = ("PQ", "OPQ", "RQ", "RQ (beam 8)", "LSQ")
 
 
 class FaissQuantizer:
-    """A faiss vector codec with ``M`` codebooks of ``2**nbits`` codewords.
+    """Eqs. (rq-moe-eq-pq, rq-moe-eq-rq, rq-moe-eq-lsq): the faiss baselines behind one codec.
+
+    A faiss vector codec with ``M`` codebooks of ``2**nbits`` codewords.
 
     ``name`` is one of ``BASELINES``: ``ProductQuantizer`` ("PQ"), an ``OPQMatrix``
     rotation then PQ ("OPQ"), ``ResidualQuantizer`` with beam 1 ("RQ") or beam
@@ -101,14 +103,14 @@ class FaissQuantizer:
 
 
 def unpack_codes(packed: np.ndarray, M: int, nbits: int) -> np.ndarray:
-    """faiss's little-endian bit-packed codes (n, code_size) uint8 -> (n, M) int64."""
+    """Eq. (rq-moe-eq-code): faiss's bit-packed codes (n, code_size) uint8 -> (n, M) int64."""
     bits = np.unpackbits(packed, axis=1, bitorder="little")[:, :M * nbits]
     weights = 1 << np.arange(nbits, dtype=np.int64)
     return (bits.reshape(len(packed), M, nbits).astype(np.int64) * weights).sum(-1)
 
 
 def pack_codes(codes: np.ndarray, nbits: int, code_size: int) -> np.ndarray:
-    """Inverse of ``unpack_codes``: (n, M) ints -> (n, code_size) uint8."""
+    """Eq. (rq-moe-eq-code): inverse of ``unpack_codes``, (n, M) ints -> (n, code_size) uint8."""
     codes = np.asarray(codes, dtype=np.int64)
     n, M = codes.shape
     bits = ((codes[:, :, None] >> np.arange(nbits)) & 1).astype(np.uint8).reshape(n, M * nbits)

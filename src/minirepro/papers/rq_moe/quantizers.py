@@ -39,7 +39,7 @@ def _uniform(*shape: int, fan_in: int) -> nn.Parameter:
 
 
 def residual_blocks(h: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """``h <- h + relu(h A_l) B_l`` for l = 1..L.
+    """Eqs. (rq-moe-eq-qinco, rq-moe-eq-codeword): blocks ``h <- h + relu(h A_l) B_l``, l = 1..L.
 
     Shapes: ``h`` (..., R, d), ``A`` (..., L, d, H), ``B`` (..., L, H, d), with the
     leading axes of ``A`` and ``B`` broadcasting against those of ``h``.
@@ -50,8 +50,11 @@ def residual_blocks(h: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> torch.
 
 
 def prefix_sums(v: torch.Tensor) -> torch.Tensor:
-    """Inclusive prefix sums along the first axis, ``out[m] = sum_{j<=m} v[j]``, as one product
-    with a lower-triangular matrix of ones (no loop over the axis): (S, ...) -> (S, ...)."""
+    """Eq. (rq-moe-eq-instruction) in one product: inclusive prefix sums along the first axis.
+
+    ``out[m] = sum_{j<=m} v[j]``, as one product with a lower-triangular matrix of ones
+    (no loop over the axis): (S, ...) -> (S, ...).
+    """
     S = v.shape[0]
     tri = torch.tril(torch.ones(S, S, dtype=v.dtype))
     return (tri @ v.reshape(S, -1)).reshape(v.shape)
@@ -126,7 +129,7 @@ class _NeuralRQ(nn.Module):
 
 
 class RQMoE(_NeuralRQ):
-    """Residual quantization via a mixture of experts (instruction stream + expert-mixed codebooks).
+    """Eqs. (rq-moe-eq-instruction, rq-moe-eq-codeword): RQ-MoE, instructions + expert mixtures.
 
     Args:
         d, K, M: dimension, codewords per step, number of steps (code = M * log2(K) bits).
@@ -240,7 +243,7 @@ class RQMoE(_NeuralRQ):
 
 
 class QINCo(_NeuralRQ):
-    """QINCo: codewords conditioned on the partial reconstruction (serial decoding).
+    """Eq. (rq-moe-eq-qinco): QINCo, codewords conditioned on the partial reconstruction (serial).
 
     Step m: ``c~_k = c_k + [c_k ; x_hat_{m-1}] W + b``, then ``n_layers`` residual blocks
     d -> hidden -> d.
@@ -299,7 +302,7 @@ class QINCo(_NeuralRQ):
 
 
 def normalized_loss(x: torch.Tensor, partials: torch.Tensor) -> torch.Tensor:
-    """The training loss, summed over steps, of reconstructions ``partials`` (M, B, d) of ``x`` (B, d).
+    """Eq. (rq-moe-eq-loss): the training loss of the partials (M, B, d) of ``x`` (B, d); a scalar.
 
     $$\\log\\Big(1+\\frac{\\sum_b\\|r_1\\|^2}{\\sum_b\\|x\\|^2}\\Big)
       + \\sum_{m=1}^{M-1}\\log\\Big(1+\\frac{\\sum_b\\|r_{m+1}\\|^2}{\\mathrm{sg}(\\sum_b\\|r_m\\|^2)}\\Big)$$

@@ -16,7 +16,7 @@ import torch
 
 
 def check_vectors(x: np.ndarray | torch.Tensor, d: int | None = None, what: str = "x") -> None:
-    """Raise ``ValueError`` unless ``x`` is a finite, non-empty (n, d) array."""
+    """Eq. (rq-moe-eq-code)'s input: raise ``ValueError`` unless ``x`` is a finite (n, d), n >= 1."""
     shape = tuple(x.shape)
     if len(shape) != 2 or shape[0] == 0:
         raise ValueError(f"{what} must be a non-empty 2-D array (n, d), got shape {shape}")
@@ -28,7 +28,7 @@ def check_vectors(x: np.ndarray | torch.Tensor, d: int | None = None, what: str 
 
 
 def check_codes(codes: np.ndarray | torch.Tensor, M: int, K: int) -> None:
-    """Raise ``ValueError`` unless ``codes`` is an (n, M) integer array with entries in [0, K)."""
+    """Eq. (rq-moe-eq-code): raise ``ValueError`` unless ``codes`` is (n, M) integers in [0, K)."""
     shape = tuple(codes.shape)
     if len(shape) != 2 or shape[1] != M:
         raise ValueError(f"codes must have shape (n, M={M}), got {shape}")
@@ -41,7 +41,10 @@ def check_codes(codes: np.ndarray | torch.Tensor, M: int, K: int) -> None:
 
 
 def assign(r: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """Nearest codeword: ``argmin_k ||r_b - C[k]||^2`` for r (B, d) and C (K, d) or (B, K, d)."""
+    """Eq. (rq-moe-eq-rq): the nearest codeword ``argmin_k ||r_b - C[k]||^2``; (B,) long.
+
+    ``r`` is (B, d) and ``C`` is (K, d), or (B, K, d) for per-vector codebooks.
+    """
     if C.dim() == 2:
         dist = (C * C).sum(-1)[None, :] - 2.0 * r @ C.T
     else:  # one codebook per vector
@@ -50,7 +53,7 @@ def assign(r: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
 
 
 def kmeans(x: torch.Tensor, K: int, n_iter: int = 25, seed: int = 0) -> torch.Tensor:
-    """Lloyd's k-means: ``K`` centroids (K, d) of the rows of ``x`` (n, d), n >= K.
+    """Eq. (rq-moe-eq-rq)'s codebooks: Lloyd's k-means, ``K`` centroids (K, d) of ``x`` (n, d).
 
     Initial centroids are K distinct training points; an empty cluster is re-seeded
     by splitting the largest cluster (its centroid plus a small symmetric offset).
@@ -76,7 +79,9 @@ def kmeans(x: torch.Tensor, K: int, n_iter: int = 25, seed: int = 0) -> torch.Te
 
 
 class PlainRQ:
-    """Residual quantizer with ``M`` codebooks of ``K`` codewords in ``d`` dims (beam 1).
+    """Eq. (rq-moe-eq-rq): residual quantizer, ``M`` codebooks of ``K`` codewords in ``d`` dims.
+
+    Greedy encoding (beam 1).
 
     ``fit(x)`` trains it; ``encode(x)`` gives (n, M) int64 codes; ``decode(codes)`` the
     (n, d) float32 reconstruction. ``codebooks`` is the (M, K, d) float32 array.

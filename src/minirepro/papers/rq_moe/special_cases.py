@@ -23,7 +23,10 @@ from minirepro.papers.rq_moe.quantizers import QINCo, RQMoE
 
 
 def as_plain_rq(model: RQMoE) -> RQMoE:
-    """A copy of ``model`` constrained to plain RQ (its own codebooks kept, gate untouched)."""
+    """Eq. (rq-moe-eq-special), first case: a copy of ``model`` constrained to plain RQ.
+
+    Its own codebooks are kept and the gate is left untouched.
+    """
     rq = copy.deepcopy(model)
     with torch.no_grad():
         rq.E.zero_()
@@ -34,13 +37,13 @@ def as_plain_rq(model: RQMoE) -> RQMoE:
 
 
 def rq_decode(model: RQMoE | QINCo, codes: torch.Tensor) -> torch.Tensor:
-    """Plain RQ decoding with the model's codebooks: ``sum_m C_m[i_m]`` (raw units)."""
+    """Eq. (rq-moe-eq-rq): plain RQ decoding ``sum_m C_m[i_m]`` with the model's codebooks, raw units."""
     x = model.C0[codes[:, 0]] + sum(model.C[s][codes[:, s + 1]] for s in range(model.M - 1))
     return x.detach() * model.scale
 
 
 def two_step_qinco_as_rq_moe(qinco: QINCo, n_experts: int = 2) -> tuple[QINCo, RQMoE]:
-    """The first two steps of ``qinco`` as a 2-step QINCo, and the RQ-MoE that equals it."""
+    """Eq. (rq-moe-eq-special), second case: a 2-step QINCo and the RQ-MoE that equals it."""
     d, K = qinco.d, qinco.K
     q2 = QINCo(d, K, 2, hidden=qinco.hidden, n_layers=qinco.n_layers)
     r2 = RQMoE(d, K, 2, n_experts=n_experts, hidden=qinco.hidden, n_layers=qinco.n_layers)
@@ -64,7 +67,7 @@ def two_step_qinco_as_rq_moe(qinco: QINCo, n_experts: int = 2) -> tuple[QINCo, R
 
 
 def special_case_deviations(rq_moe: RQMoE, qinco: QINCo, codes: torch.Tensor) -> dict[str, float]:
-    """Largest absolute decode differences of the two constructions on ``codes`` (n, M).
+    """Eq. (rq-moe-eq-special), checked: largest decode differences of both cases on ``codes``.
 
     ``"RQ"``: ``as_plain_rq(rq_moe)`` against plain RQ decoding with the same codebooks.
     ``"QINCo (2 steps)"``: the RQ-MoE of ``two_step_qinco_as_rq_moe`` against the 2-step QINCo.

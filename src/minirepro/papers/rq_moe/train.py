@@ -11,14 +11,14 @@ from minirepro.papers.rq_moe.rq import check_vectors
 
 
 def data_scale(x: np.ndarray) -> float:
-    """The scalar the networks divide the data by: root mean square of the coordinates."""
+    """[reconstruction] The scalar the networks divide the data by: the RMS of the coordinates."""
     check_vectors(x)
     return float(np.sqrt(np.mean(np.asarray(x, dtype=np.float64) ** 2)))
 
 
 def train_quantizer(model: _NeuralRQ, x: np.ndarray, steps: int, batch_size: int = 256,
                     lr: float = 1e-3, seed: int = 0, desc: str = "train") -> list[float]:
-    """Adam on ``normalized_loss`` for ``steps`` mini-batches of the raw training vectors ``x``.
+    """Eq. (rq-moe-eq-loss): Adam on ``normalized_loss`` for ``steps`` mini-batches of raw ``x``.
 
     Each step encodes the batch with the current network (no gradient: codes are
     discrete), decodes those codes with gradients, and takes one Adam step. Batches

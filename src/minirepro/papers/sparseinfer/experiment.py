@@ -1,306 +1,257 @@
-"""The protocol: prefill the full prompt densely, decode with the chosen neurons.
-
-As in the paper (and CoreInfer's code), the whole prompt is prefilled by the
-dense model; each method picks its neurons from the prefill's pre-activations;
-only the decoding steps use them. Two tasks, both from the v2 corpus:
-
-``qa``
-    the corpus's own prompts (families chosen by the chapter); greedy generation
-    of a few tokens, scored by :func:`~minirepro.core.lm.corpus_v2.check_answer_v2`
-    (exact match of the answer's words). The answer's first token is predicted
-    by the dense prefill, so a one-token answer is decided before any neuron is
-    dropped; what follows it (the end of the word, ``<eos>``) is decoded sparsely.
-``trace``
-    the ``relay`` family cut after agent A's task: the prompt is A's role and the
-    task, the continuation A's worked trace (``step 1 : 5 + 1 = 6 . ... done .``),
-    a multi-token answer of 15 to 60 tokens.
-
-For every item the reference continuation (answer and ``<eos>``, or the trace)
-is also fed through the model with the KV cache (teacher forcing; one forward
-over all its tokens is the same computation as decoding them one at a time).
-At each decoded position (all but the first, which the prefill predicts) we
-record the NLL of the reference token and whether the method's argmax equals
-the dense model's argmax: *agreement with the dense model's greedy token*,
-informative even where the dense model's answers are mostly wrong.
-"""
+"""The chapter's config, one seed of the comparison, the sparsity sweep."""
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
+import pandas as pd
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from minirepro.core.lm.corpus_v2 import Example, check_answer_v2
-from minirepro.core.lm.models_v2 import prefill
+from minirepro.core.lm.corpus_v2 import CorpusV2, Example, generate_split_v2
+from minirepro.core.lm.substrate import Substrate
+from minirepro.core.progress import progress
+from minirepro.core.scale import ScaledConfig
+from minirepro.core.seed import set_seed
 from minirepro.papers.sparseinfer.baselines import (
-    SimilarityIndex,
-    budget,
-    dejavu_selector,
-    oracle_selector,
-    random_sets,
+    fit_similarity_index,
+    predictor_recall,
+    static_hot_sets,
+    train_dejavu,
 )
-from minirepro.papers.sparseinfer.core import (
-    capture_preactivations,
-    core_neurons,
-    ffn_blocks,
-    jaccard,
-    masked_ffn,
-    sliced_ffn,
+from minirepro.papers.sparseinfer.core import capture_preactivations, ffn_blocks, sparse_layer_ids
+from minirepro.papers.sparseinfer.experiment import (
+    METHODS,
+    Item,
+    decode_item,
+    full_set_mismatches,
+    make_items,
+    method_rules,
+    prefill_with_preacts,
+    score_item,
+    similarity,
+    stability,
+    trace_example,
 )
-
-METHODS: tuple[str, ...] = ("dense", "SparseInfer", "SparseInfer (similarity)", "random",
-                            "static hot", "per-token oracle", "DejaVu", "FFN skipped")
 
 
 @dataclass
-class Item:
-    """One tokenised test prompt.
+class Config(ScaledConfig):
+    """The chapter's knobs.
 
     Attributes:
-        example: the corpus example (``answer`` is the reference continuation's text).
-        task: ``"qa"`` or ``"trace"``.
-        prompt: ``(T,)`` prompt ids (with ``<bos>``).
-        cont: ``(C,)`` reference continuation ids: the answer's tokens, then ``<eos>`` for ``qa``.
+        substrate: the shipped v2 model (:func:`~minirepro.core.lm.load_substrate` preset).
+        token_sparsity: ``alpha``, token-wise top fraction of the positive pre-activations (paper: 0.2).
+        sparsity: ``gamma``, kept fraction of FFN neurons per sparsified layer (paper: 0.4).
+        layers: ``"middle"`` (paper: first and last layer stay dense) or ``"all"``.
+        n_seeds: seeds (test prompts, calibration prompts, random draws).
+        qa_families: corpus families scored by exact match.
+        n_qa: test prompts per QA family per seed.
+        n_trace: trace-writing prompts per seed.
+        n_sweep: how many of the first seed's trace prompts the sparsity sweep uses.
+        n_topic: ``text`` prompts per seed for the similarity analysis.
+        n_calib: calibration prompts (static hot, DejaVu, clusters), fresh per seed.
+        n_clusters: KMeans clusters of the similarity-guided variant.
+        dejavu_rank, dejavu_steps: the low-rank predictor's rank and training steps.
+        sweep: kept fractions of the sparsity sweep (first seed, trace prompts).
+        decode_tokens: tokens generated in the timing runs.
+        n_timing_prompts: prompts timed (each a median of ``timing_repeats``).
+        timing_repeats: timing samples per arm and prompt.
+        threads: torch threads (one: the model is too small to gain from two).
     """
 
-    example: Example
-    task: str
-    prompt: torch.Tensor
-    cont: torch.Tensor
+    substrate: str = "book-opt"
+    model_name: str | None = None  # a local checkpoint folder or hub id instead of the shipped model
+    token_sparsity: float = 0.2
+    sparsity: float = 0.4
+    layers: str = "middle"
+    n_seeds: int = 5
+    qa_families: tuple[str, ...] = ("text", "facts", "relay", "arith")
+    n_qa: int = 8
+    n_trace: int = 16
+    n_sweep: int = 8
+    n_topic: int = 32
+    n_calib: int = 64
+    n_clusters: int = 8
+    dejavu_rank: int = 16
+    dejavu_steps: int = 60
+    sweep: tuple[float, ...] = (0.1, 0.2, 0.4, 0.6, 0.8)
+    decode_tokens: int = 32
+    n_timing_prompts: int = 5
+    timing_repeats: int = 5
+    threads: int = 1
 
-    @property
-    def family(self) -> str:
-        return self.example.family if self.task == "qa" else "trace"
+    PRESETS: ClassVar = {
+        "smoke": {"substrate": "smoke-opt", "n_seeds": 1, "n_qa": 4, "n_trace": 6, "n_sweep": 4, "n_topic": 8,
+                  "n_calib": 16, "n_clusters": 4, "dejavu_steps": 20, "sweep": (0.2, 0.8),
+                  "decode_tokens": 8, "n_timing_prompts": 2, "timing_repeats": 3},
+        "book": {},
+        "full": {"n_seeds": 10, "n_qa": 50, "n_trace": 60, "n_sweep": 30, "n_topic": 80, "n_calib": 300,
+                 "n_clusters": 12, "dejavu_steps": 300, "timing_repeats": 9},
+    }
 
-
-def trace_example(e: Example) -> Example:
-    """``[reconstruction]`` A ``relay`` example cut after agent A's task; the answer is A's worked trace."""
-    if e.family != "relay" or " step 1 :" not in e.prompt:
-        raise ValueError("trace_example needs a relay example")
-    head, rest = e.prompt.split(" step 1 :", 1)
-    return Example("relay", head, "step 1 :" + rest.split(" done .")[0] + " done .", "trace")
-
-
-def make_items(tokenizer: PreTrainedTokenizerBase, examples: Sequence[Example], task: str = "qa") -> list[Item]:
-    """[reconstruction] Tokenise ``examples``: prompt ids and the reference continuation (plus ``<eos>`` for ``qa``)."""
-    if task not in ("qa", "trace"):
-        raise ValueError(f"task must be 'qa' or 'trace', got {task!r}")
-    items = []
-    for e in examples:
-        p = tokenizer(e.prompt)["input_ids"]
-        full = tokenizer(e.text)["input_ids"] + ([tokenizer.eos_token_id] if task == "qa" else [])
-        if full[:len(p)] != p or len(full) <= len(p):
-            raise ValueError(f"prompt tokens are not a proper prefix of the text: {e.prompt!r}")
-        items.append(Item(e, task, torch.tensor(p), torch.tensor(full[len(p):])))
-    return items
-
-
-SetRule = Callable[[list[torch.Tensor]], dict[int, torch.Tensor]]
-"""From the prefill's per-layer pre-activations ``(T, d_ff)``, the fixed neuron set per sparsified layer."""
-
-
-def method_rules(method: str, layers: Sequence[int], token_sparsity: float, sparsity: float,
-                 rng: np.random.Generator, static: dict[int, torch.Tensor] | None = None,
-                 index: SimilarityIndex | None = None, predictors: dict | None = None):
-    """``("dense", None)``, ``("sets", rule)`` for fixed-set methods or ``("mask", selector)`` for per-token ones."""
-    if method == "dense":
-        return "dense", None
-    if method == "SparseInfer":
-        return "sets", lambda acts: {i: core_neurons(acts[i], token_sparsity, sparsity) for i in layers}
-    if method == "SparseInfer (similarity)":
-        if index is None:
-            raise ValueError("the similarity variant needs a fitted SimilarityIndex")
-        return "sets", index.sets_for
-    if method == "random":
-        return "sets", lambda acts: random_sets(rng, acts[0].shape[1], layers, sparsity)
-    if method == "static hot":
-        if static is None:
-            raise ValueError("static hot needs calibrated sets")
-        return "sets", lambda acts: static
-    if method == "per-token oracle":
-        return "mask", oracle_selector(sparsity)
-    if method == "DejaVu":
-        if predictors is None:
-            raise ValueError("DejaVu needs trained predictors")
-        return "mask", dejavu_selector(predictors, sparsity)
-    if method == "FFN skipped":
-        return "mask", lambda _i, _x, a: torch.zeros_like(a, dtype=torch.bool)
-    raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+    def __post_init__(self) -> None:
+        for name in ("token_sparsity", "sparsity"):
+            v = getattr(self, name)
+            if not 0 < v <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {v}")
+        if self.layers not in ("middle", "all"):
+            raise ValueError(f"layers must be 'middle' or 'all', got {self.layers!r}")
+        if self.n_trace < 2 or self.n_topic < 4 or self.n_calib < self.n_clusters or self.n_seeds < 1:
+            raise ValueError("need n_trace >= 2, n_topic >= 4, n_calib >= n_clusters, n_seeds >= 1")
+        self.sweep = tuple(float(s) for s in self.sweep)
+        self.qa_families = tuple(self.qa_families)
 
 
-@torch.no_grad()
-def prefill_with_preacts(model: PreTrainedModel, prompt: torch.Tensor):
-    """Dense prefill of ``prompt (T,)``: last logits ``(V,)``, the ``DynamicCache``, pre-activations per layer ``(T, d_ff)``."""
-    store: dict[int, list[torch.Tensor]] = {}
-    with capture_preactivations(model, store):
-        logits, cache = prefill(model, prompt[None])
-    return logits[0, -1], cache, [torch.cat(store[i]) for i in sorted(store)]
+def _prompts(corpus: CorpusV2, families: tuple[str, ...], n: int, seed: int) -> list[Example]:
+    """``n`` fresh examples of ``families`` (in turn), generated from ``seed`` (never a training line)."""
+    cfg = dataclasses.replace(corpus.config, families=families)
+    return generate_split_v2(cfg, n, seed, CorpusV2(cfg), "test")
 
 
-@torch.no_grad()
-def greedy_steps(model: PreTrainedModel, first_logits: torch.Tensor, cache, max_new_tokens: int,
-                 eos_token_id: int | None) -> list[int]:
-    """Greedy decoding with the KV cache from the prefill's last logits; stops after ``<eos>``."""
-    out: list[int] = []
-    tok = int(first_logits.argmax())
-    while True:
-        out.append(tok)
-        if tok == eos_token_id or len(out) >= max_new_tokens:
-            return out
-        step = model(input_ids=torch.tensor([[tok]]), cache=cache, use_cache=True)
-        tok = int(step.logits[0, -1].argmax())
+def test_items(sub: Substrate, cfg: Config, seed: int) -> list[Item]:
+    """The seed's QA items (``n_qa`` per family) and trace items (``n_trace``)."""
+    fams = cfg.qa_families
+    qa = _prompts(sub.corpus, fams, cfg.n_qa * len(fams), 10_000 + seed)
+    tr = [trace_example(e) for e in _prompts(sub.corpus, ("relay",), cfg.n_trace, 30_000 + seed)]
+    return make_items(sub.tokenizer, qa, "qa") + make_items(sub.tokenizer, tr, "trace")
 
 
 @dataclass
-class Decoded:
-    """One item decoded by one method.
+class Calibration:
+    """Offline parts fitted on calibration prompts: static sets, clusters, DejaVu predictors."""
 
-    Attributes:
-        generated: greedy token ids (the first from the dense prefill).
-        logits: ``(C, V)`` teacher-forced logits on the reference continuation
-            (row ``j`` predicts ``cont[j]``; row 0 is the prefill's).
-        sets: the fixed neuron sets used (``None`` for dense and per-token methods).
-    """
-
-    generated: list[int]
-    logits: torch.Tensor
-    sets: dict[int, torch.Tensor] | None
+    layers: list[int]
+    static: dict[int, torch.Tensor]
+    index: Any
+    predictors: dict
+    acts: list[list[torch.Tensor]]
 
 
 @torch.no_grad()
-def decode_item(model: PreTrainedModel, item: Item, kind: str, rule, layers: Sequence[int],
-                max_new_tokens: int, eos_token_id: int | None, generate: bool = True,
-                pre: tuple | None = None) -> Decoded:
-    """[reconstruction] protocol: dense prefill, pick neurons, decode sparsely (greedy, teacher-forced).
+def dense_io(model, ids: torch.Tensor, layers) -> tuple[list[torch.Tensor], dict, dict]:
+    """One dense forward over ``ids (T,)``: per-layer pre-activations ``(T, d_ff)`` and, for ``layers``, FFN inputs and pre-activations."""
+    store: dict = {}
+    inputs: dict = {}
+    with capture_preactivations(model, store, inputs):
+        model(input_ids=ids[None], use_cache=False)
+    acts = [torch.cat(store[i]) for i in sorted(store)]
+    return acts, {i: torch.cat(inputs[i]) for i in layers}, {i: acts[i] for i in layers}
 
-    Prefill ``item.prompt`` densely, pick neurons, then decode sparsely.
 
-    The sets are gathered once, after the prefill (:func:`sliced_ffn`); per-token
-    methods mask the decoding steps (:func:`masked_ffn`). ``pre`` is a prefill
-    already computed by :func:`prefill_with_preacts` (it is the same for every
-    method, so it is computed once per item); its cache is copied, never changed.
+def calibration_data(sub: Substrate, cfg: Config, seed: int):
+    """Dense pre-activations of ``n_calib`` fresh prompts of the test families (seed ``20_000 + seed``).
+
+    Returns ``(layers, acts, xs, ys)``: the sparsified layers, per prompt the per-layer
+    pre-activations ``(T, d_ff)``, and per sparsified layer the stacked FFN inputs and pre-activations.
     """
-    first, cache, acts = pre if pre is not None else prefill_with_preacts(model, item.prompt)
-    gen_cache, tf_cache = copy.deepcopy(cache), copy.deepcopy(cache)
-    sets = rule(acts) if kind == "sets" else None
-    with ExitStack() as stack:
-        if kind == "sets":
-            stack.enter_context(sliced_ffn(model, sets))
-        elif kind == "mask":
-            stack.enter_context(masked_ffn(model, rule, list(layers)))
-        elif kind != "dense":
-            raise ValueError(f"kind must be 'dense', 'sets' or 'mask', got {kind!r}")
-        gen = greedy_steps(model, first, gen_cache, max_new_tokens, eos_token_id) if generate else []
-        rest = (model(input_ids=item.cont[None, :-1], cache=tf_cache, use_cache=True).logits[0]
-                if len(item.cont) > 1 else first[None][:0])
-    return Decoded(gen, torch.cat([first[None], rest]).float(), sets)
+    model, tok = sub.model, sub.tokenizer
+    layers = sparse_layer_ids(len(ffn_blocks(model)), cfg.layers)
+    fams = tuple(dict.fromkeys((*cfg.qa_families, "relay")))
+    acts, xs, ys = [], {}, {}
+    for e in _prompts(sub.corpus, fams, cfg.n_calib, 20_000 + seed):
+        a, x, y = dense_io(model, torch.tensor(tok(e.text)["input_ids"]), layers)
+        acts.append(a)
+        for i in layers:
+            xs.setdefault(i, []).append(x[i])
+            ys.setdefault(i, []).append(y[i])
+    return layers, acts, {i: torch.cat(v) for i, v in xs.items()}, {i: torch.cat(v) for i, v in ys.items()}
 
 
-@dataclass
-class ItemScore:
-    """Scores of one item under one method (decoded positions are all but the first)."""
-
-    correct: bool | None
-    nll: float
-    n_decoded: int
-    agree: int
-
-
-def score_item(item: Item, d: Decoded, dense: Decoded, tokenizer: PreTrainedTokenizerBase) -> ItemScore:
-    """Exact match of the generation, NLL of the reference and agreement with dense at decoded positions."""
-    correct = (check_answer_v2(item.example, tokenizer.decode(d.generated, skip_special_tokens=True))
-               if d.generated else None)
-    lg, ref = d.logits[1:], item.cont[1:]
-    nll = float(torch.nn.functional.cross_entropy(lg, ref, reduction="sum")) if len(ref) else 0.0
-    agree = int((lg.argmax(-1) == dense.logits[1:].argmax(-1)).sum())
-    return ItemScore(correct, nll, len(ref), agree)
+def calibrate(sub: Substrate, cfg: Config, seed: int) -> Calibration:
+    """Fit the baselines' offline parts (static hot sets, clusters, DejaVu) on :func:`calibration_data`."""
+    layers, acts, xs, ys = calibration_data(sub, cfg, seed)
+    static = static_hot_sets(acts, layers, cfg.sparsity)
+    index = fit_similarity_index(acts, layers, cfg.n_clusters, cfg.token_sparsity, cfg.sparsity, seed=seed)
+    preds = train_dejavu(xs, ys, rank=cfg.dejavu_rank, steps=cfg.dejavu_steps, seed=seed,
+                         max_tokens=512)
+    return Calibration(layers, static, index, preds, acts)
 
 
-@torch.no_grad()
-def full_set_mismatches(model: PreTrainedModel, items: Sequence[Item], layers: Sequence[int],
-                        eos_token_id: int | None) -> int:
-    """Tokens (generated, and top tokens under teacher forcing) where slicing to *every* neuron differs from dense.
-
-    A check of the pipeline: sliced weights that keep all ``d_ff`` neurons are the
-    dense model, so the count must be 0.
-    """
-    blocks = {b.index: b for b in ffn_blocks(model)}
-    full = {i: torch.arange(blocks[i].d_ff) for i in layers}
-    bad = 0
-    for it in items:
-        pre = prefill_with_preacts(model, it.prompt)
-        gen = it.task == "qa"
-        dn = decode_item(model, it, "dense", None, layers, len(it.cont), eos_token_id, gen, pre)
-        ds = decode_item(model, it, "sets", lambda _a: full, layers, len(it.cont), eos_token_id, gen, pre)
-        bad += sum(a != b for a, b in zip(dn.generated, ds.generated)) + abs(len(dn.generated) - len(ds.generated))
-        bad += int((dn.logits.argmax(-1) != ds.logits.argmax(-1)).sum())
-    return bad
-
-
-# ---------------------------------------------------------------------------
-# the two observations: stability and similarity
+def evaluate(sub: Substrate, items: list[Item], cal: Calibration, cfg: Config, seed: int,
+             methods: tuple[str, ...] = METHODS, sparsity: float | None = None) -> pd.DataFrame:
+    """One row per (method, item): ``correct`` (QA), ``nll``, ``n_decoded``, ``agree`` with dense."""
+    sparsity = cfg.sparsity if sparsity is None else sparsity
+    model, tok = sub.model, sub.tokenizer
+    rng = np.random.default_rng(seed)
+    eos = tok.eos_token_id
+    pres = [prefill_with_preacts(model, it.prompt) for it in items]  # the same for every method
+    dense = [decode_item(model, it, "dense", None, cal.layers, len(it.cont), eos, it.task == "qa", pre)
+             for it, pre in zip(items, pres)]
+    rows = []
+    for m in methods:
+        kind, rule = method_rules(m, cal.layers, cfg.token_sparsity, sparsity, rng, cal.static,
+                                  cal.index, cal.predictors)
+        for it, dn, pre in zip(items, dense, pres):
+            d = dn if m == "dense" else decode_item(model, it, kind, rule, cal.layers, len(it.cont),
+                                                    eos, it.task == "qa", pre)
+            s = score_item(it, d, dn, tok)
+            rows.append({"seed": seed, "method": m, "task": it.task, "family": it.family,
+                         "correct": s.correct, "nll": s.nll, "n_decoded": s.n_decoded, "agree": s.agree})
+    return pd.DataFrame(rows)
 
 
-def stability(acts_list: Sequence[list[torch.Tensor]], n_prompt: Sequence[int], layers: Sequence[int],
-              token_sparsity: float, sparsity: float) -> dict[str, float]:
-    """The paper's stability observation: Jaccard of a prompt's and its continuation's core sets, averaged over layers.
-
-    Args:
-        acts_list: per item, the dense pre-activations ``(T + C, d_ff)`` per layer
-            of the prompt followed by its continuation.
-        n_prompt: per item, the prompt length ``T``.
-
-    Returns ``{"self": ..., "other": ..., "random": ...}``: ``self`` pairs a
-    prompt with its own continuation, ``other`` with the next item's, ``random``
-    is the expected Jaccard of two random ``k``-sets, ``g / (2 - g)`` with ``g = k / d_ff``.
-    """
-    n = len(acts_list)
-    if n < 2 or len(n_prompt) != n:
-        raise ValueError("stability needs at least two items and one prompt length per item")
-    pre = [{i: core_neurons(a[i][:t], token_sparsity, sparsity) for i in layers}
-           for a, t in zip(acts_list, n_prompt)]
-    post = [{i: core_neurons(a[i][t:], token_sparsity, sparsity) for i in layers}
-            for a, t in zip(acts_list, n_prompt)]
-    self_j = [np.mean([jaccard(pre[j][i], post[j][i]) for i in layers]) for j in range(n)]
-    other_j = [np.mean([jaccard(pre[j][i], post[(j + 1) % n][i]) for i in layers]) for j in range(n)]
-    d_ff = acts_list[0][0].shape[1]
-    g = budget(d_ff, sparsity) / d_ff
-    return {"self": float(np.mean(self_j)), "other": float(np.mean(other_j)), "random": g / (2 - g)}
+def summarise(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (seed, method): QA exact match, and per task the NLL per decoded token and the agreement."""
+    out = []
+    for (seed, m), g in rows.groupby(["seed", "method"], sort=False):
+        r: dict[str, Any] = {"seed": seed, "method": m}
+        qa = g[g.task == "qa"]
+        r["em"] = float(qa["correct"].astype(float).mean()) if len(qa) else float("nan")
+        for f, gf in qa.groupby("family", sort=False):
+            r[f"em {f}"] = float(gf["correct"].astype(float).mean())
+        for task, gt in g.groupby("task", sort=False):
+            n = gt["n_decoded"].sum()
+            r[f"nll {task}"] = float(gt["nll"].sum() / n) if n else float("nan")
+            r[f"agree {task}"] = float(gt["agree"].sum() / n) if n else float("nan")
+        out.append(r)
+    return pd.DataFrame(out)
 
 
-def similarity(acts_list: Sequence[list[torch.Tensor]], labels: Sequence[str], layers: Sequence[int],
-               token_sparsity: float, sparsity: float) -> tuple[dict[str, float], np.ndarray, list[str]]:
-    """The paper's similarity observation: mean Jaccard of whole-prompt core sets, same label vs different labels.
+def run_seed(sub: Substrate, cfg: Config, seed: int, methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
+    """Everything for one seed: every method's scores, stability, similarity, predictor recall."""
+    set_seed(seed, threads=cfg.threads)
+    model, tok = sub.model, sub.tokenizer
+    cal = calibrate(sub, cfg, seed)
+    items = test_items(sub, cfg, seed)
+    rows = evaluate(sub, items, cal, cfg, seed, methods)
+    trace = [it for it in items if it.task == "trace"]
+    io = [dense_io(model, torch.cat([it.prompt, it.cont]), cal.layers) for it in trace]
+    stab = stability([a for a, _, _ in io], [len(it.prompt) for it in trace], cal.layers,
+                     cfg.token_sparsity, cfg.sparsity)
+    recall = predictor_recall(cal.predictors, {i: torch.cat([x[i] for _, x, _ in io]) for i in cal.layers},
+                              {i: torch.cat([y[i] for _, _, y in io]) for i in cal.layers}, cfg.sparsity)
+    texts = _prompts(sub.corpus, ("text",), cfg.n_topic, 40_000 + seed)
+    tacts = [dense_io(model, torch.tensor(tok(e.prompt)["input_ids"]), cal.layers)[0] for e in texts]
+    sim, M, names = similarity(tacts, [e.topic for e in texts], cal.layers, cfg.token_sparsity, cfg.sparsity)
+    exact = full_set_mismatches(model, items, cal.layers, tok.eos_token_id)
+    active = float(np.mean([float((y[i] > 0).float().mean()) for _, _, y in io for i in cal.layers]))
+    return {"rows": rows, "stability": stab, "similarity": sim, "topic_matrix": (M, names),
+            "dejavu_recall": recall, "layers": cal.layers, "active_fraction": active,
+            "full_set_mismatches": exact}
 
-    Returns:
-        ``({"within": ..., "across": ...}, M, names)`` where ``M[a, b]`` is the
-        mean Jaccard between prompts labelled ``names[a]`` and ``names[b]``
-        (distinct prompts only on the diagonal).
-    """
-    if len(acts_list) != len(labels) or len(labels) < 2:
-        raise ValueError("similarity needs one label per prompt and at least two prompts")
-    cores = [{i: core_neurons(a[i], token_sparsity, sparsity) for i in layers} for a in acts_list]
-    n = len(cores)
-    J = np.eye(n)
-    for x in range(n):
-        for y in range(x + 1, n):
-            J[x, y] = J[y, x] = np.mean([jaccard(cores[x][i], cores[y][i]) for i in layers])
-    lab = np.asarray(labels)
-    same = (lab[:, None] == lab[None, :]) & ~np.eye(n, dtype=bool)
-    diff = lab[:, None] != lab[None, :]
-    names = sorted(set(labels), key=list(labels).index)
-    off = ~np.eye(n, dtype=bool)
-    M = np.full((len(names), len(names)), np.nan)
-    for r, a in enumerate(names):
-        for q, b in enumerate(names):
-            pick = np.ix_(lab == a, lab == b)
-            vals = J[pick][off[pick]]
-            if vals.size:
-                M[r, q] = vals.mean()
-    within = float(J[same].mean()) if same.any() else float("nan")
-    return {"within": within, "across": float(J[diff].mean())}, M, names
+
+def run_experiment(sub: Substrate, cfg: Config, seeds: list[int],
+                   methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
+    """:func:`run_seed` over ``seeds``: the long table of item scores, per-seed summaries and observations."""
+    runs = [run_seed(sub, cfg, s, methods) for s in progress(seeds, desc="seeds")]
+    rows = pd.concat([r["rows"] for r in runs], ignore_index=True)
+    return {"runs": runs, "rows": rows, "summary": summarise(rows),
+            "stability": pd.DataFrame([r["stability"] for r in runs], index=seeds),
+            "similarity": pd.DataFrame([r["similarity"] for r in runs], index=seeds)}
+
+
+def run_sweep(sub: Substrate, cfg: Config, seed: int,
+              methods: tuple[str, ...] = ("SparseInfer", "random", "static hot")) -> pd.DataFrame:
+    """Agreement with dense and NLL on the trace prompts for fixed-set methods at every kept fraction in ``cfg.sweep``."""
+    set_seed(seed, threads=cfg.threads)
+    items = [it for it in test_items(sub, cfg, seed) if it.task == "trace"][:cfg.n_sweep]
+    layers, acts, _, _ = calibration_data(sub, cfg, seed)
+    out = []
+    for g in progress(cfg.sweep, desc="sparsity sweep"):
+        cal = Calibration(layers, static_hot_sets(acts, layers, g), None, None, acts)
+        s = summarise(evaluate(sub, items, cal, cfg, seed, ("dense", *methods), sparsity=g))
+        out.append(s[s.method != "dense"].assign(kept=g))
+    return pd.concat(out, ignore_index=True)
