@@ -41,8 +41,8 @@ from minirepro.papers.sparseinfer import (
     train_dejavu,
 )
 from minirepro.papers.sparseinfer.baselines import predictor_recall
-from minirepro.papers.sparseinfer.core import capture_preactivations, set_mask
-from minirepro.papers.sparseinfer.experiment import full_set_mismatches, prefill_with_preacts
+from minirepro.papers.sparseinfer.neurons import capture_preactivations, set_mask
+from minirepro.papers.sparseinfer.protocol import full_set_mismatches, prefill_with_preacts
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 SUB = load_substrate("smoke-opt")

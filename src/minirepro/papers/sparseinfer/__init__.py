@@ -2,19 +2,19 @@
 
 Modules, one per concern:
 
-* :mod:`~minirepro.papers.sparseinfer.core`: the method itself. Token-wise top
+* :mod:`~minirepro.papers.sparseinfer.neurons`: the method itself. Token-wise top
   neurons (:func:`token_core_neurons`), the sentence-level core set by frequency
   (:func:`sentence_core_neurons`), the FFN sliced once (:func:`sliced_ffn`), the
   per-token masking used by the per-token baselines (:func:`masked_ffn`).
 * :mod:`~minirepro.papers.sparseinfer.baselines`: the similarity-guided variant
   (KMeans over core sets) and the baselines at equal budget (random, static hot,
   per-token oracle, DejaVu-like low-rank predictor).
-* :mod:`~minirepro.papers.sparseinfer.experiment`: the protocol on the v2
+* :mod:`~minirepro.papers.sparseinfer.protocol`: the protocol on the v2
   substrate (dense prefill of the full prompt, sparse decoding; exact match,
   NLL and agreement with the dense model), stability and similarity of core sets.
 * :mod:`~minirepro.papers.sparseinfer.speed`: SparseInfer generation, timings and
   the FLOP bound.
-* :mod:`~minirepro.papers.sparseinfer.run`: the chapter's :class:`Config`, one
+* :mod:`~minirepro.papers.sparseinfer.experiment`: the chapter's :class:`Config`, one
   seed of the comparison (:func:`run_seed`, :func:`run_experiment`) and the sparsity sweep.
 * :mod:`~minirepro.papers.sparseinfer.plots`: the figures.
 """
@@ -28,7 +28,15 @@ from minirepro.papers.sparseinfer.baselines import (
                                                     static_hot_sets,
                                                     train_dejavu,
 )
-from minirepro.papers.sparseinfer.core import (
+from minirepro.papers.sparseinfer.experiment import (
+                                                    Config,
+                                                    run_experiment,
+                                                    run_seed,
+                                                    run_sweep,
+                                                    summarise,
+                                                    test_items,
+)
+from minirepro.papers.sparseinfer.neurons import (
                                                     capture_preactivations,
                                                     core_neurons,
                                                     ffn_blocks,
@@ -39,7 +47,7 @@ from minirepro.papers.sparseinfer.core import (
                                                     sparse_layer_ids,
                                                     token_core_neurons,
 )
-from minirepro.papers.sparseinfer.experiment import (
+from minirepro.papers.sparseinfer.protocol import (
                                                     METHODS,
                                                     Item,
                                                     decode_item,
@@ -48,14 +56,6 @@ from minirepro.papers.sparseinfer.experiment import (
                                                     similarity,
                                                     stability,
                                                     trace_example,
-)
-from minirepro.papers.sparseinfer.run import (
-                                                    Config,
-                                                    run_experiment,
-                                                    run_seed,
-                                                    run_sweep,
-                                                    summarise,
-                                                    test_items,
 )
 from minirepro.papers.sparseinfer.speed import (
                                                     decode_macs,
@@ -67,7 +67,7 @@ from minirepro.papers.sparseinfer.speed import (
 )
 
 # Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
-METHOD_MODULES = ("core", "baselines")
+METHOD_MODULES = ("neurons", "baselines")
 
 __all__ = [
     "METHODS", "Config", "Item", "LowRankPredictor", "SimilarityIndex", "budget",

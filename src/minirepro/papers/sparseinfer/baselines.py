@@ -17,7 +17,7 @@ import torch
 from sklearn.cluster import KMeans
 from torch import nn
 
-from minirepro.papers.sparseinfer.core import core_neurons, set_mask, topk_mask
+from minirepro.papers.sparseinfer.neurons import core_neurons, set_mask, topk_mask
 
 
 def budget(d_ff: int, sparsity: float) -> int:

@@ -21,8 +21,12 @@ from minirepro.papers.sparseinfer.baselines import (
     static_hot_sets,
     train_dejavu,
 )
-from minirepro.papers.sparseinfer.core import capture_preactivations, ffn_blocks, sparse_layer_ids
-from minirepro.papers.sparseinfer.experiment import (
+from minirepro.papers.sparseinfer.neurons import (
+    capture_preactivations,
+    ffn_blocks,
+    sparse_layer_ids,
+)
+from minirepro.papers.sparseinfer.protocol import (
     METHODS,
     Item,
     decode_item,

@@ -44,7 +44,7 @@ from minirepro.papers.sparseinfer.baselines import (
     oracle_selector,
     random_sets,
 )
-from minirepro.papers.sparseinfer.core import (
+from minirepro.papers.sparseinfer.neurons import (
     capture_preactivations,
     core_neurons,
     ffn_blocks,

@@ -9,8 +9,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from minirepro.core.timing import Timings, compare_times
-from minirepro.papers.sparseinfer.core import core_neurons, ffn_blocks, sliced_ffn
-from minirepro.papers.sparseinfer.experiment import greedy_steps, prefill_with_preacts
+from minirepro.papers.sparseinfer.neurons import core_neurons, ffn_blocks, sliced_ffn
+from minirepro.papers.sparseinfer.protocol import greedy_steps, prefill_with_preacts
 
 
 @torch.no_grad()
