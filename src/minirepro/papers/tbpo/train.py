@@ -178,30 +178,31 @@ def token_stats(policy: nn.Module, log_ref: torch.Tensor, prompts: torch.Tensor,
             "entropy": -(p * logp).sum(-1) * mask}
 
 
-def method_loss(method: str, sw: dict[str, torch.Tensor], sl: dict[str, torch.Tensor],
+def method_loss(method: str, chosen: dict[str, torch.Tensor], rejected: dict[str, torch.Tensor],
                 cfg: Config) -> torch.Tensor:
     """Eqs. (tbpo-eq-dpo, tbpo-eq-tdpo, tbpo-eq-bregman, tbpo-eq-token): ``method``'s loss.
 
-    ``method`` is a name in ``METHODS``; the loss is taken on chosen/rejected token stats.
+    ``method`` is a name in ``METHODS``; ``chosen`` and ``rejected`` are the
+    :func:`token_stats` of the preferred and the dispreferred responses.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
     kind, member, lam = METHODS[method]
     b = cfg.beta
-    args = (sw["lr"], sw["mask"], sl["lr"], sl["mask"])
+    args = (chosen["lr"], chosen["mask"], rejected["lr"], rejected["mask"])
     if kind == "dpo":
         return L.dpo_loss(*args, beta=b)
     if kind == "tdpo":
-        return L.tdpo_loss(*args, kl_w=sw["kl_ref_pi"], kl_l=sl["kl_ref_pi"], beta=b, alpha=cfg.tdpo_alpha)
+        return L.tdpo_loss(*args, kl_w=chosen["kl_ref_pi"], kl_l=rejected["kl_ref_pi"], beta=b, alpha=cfg.tdpo_alpha)
     if kind == "bregman":
         return L.bregman_sequence_loss(*args, beta=b, member=member, lam=lam)
     if kind == "tbpo-q":
-        qw = L.tbpo_q_values(sw["lr"], sw["mask"], sw["v"], b)
-        ql = L.tbpo_q_values(sl["lr"], sl["mask"], sl["v"], b)
+        qw = L.tbpo_q_values(chosen["lr"], chosen["mask"], chosen["v"], b)
+        ql = L.tbpo_q_values(rejected["lr"], rejected["mask"], rejected["v"], b)
     else:
-        qw = L.tbpo_a_values(sw["lr"], sw["mask"], sw["kl_pi_ref"], b)
-        ql = L.tbpo_a_values(sl["lr"], sl["mask"], sl["kl_pi_ref"], b)
-    return L.tbpo_token_loss(qw, sw["mask"], ql, sl["mask"], member=cfg.tbpo_member, lam=cfg.tbpo_lam)
+        qw = L.tbpo_a_values(chosen["lr"], chosen["mask"], chosen["kl_pi_ref"], b)
+        ql = L.tbpo_a_values(rejected["lr"], rejected["mask"], rejected["kl_pi_ref"], b)
+    return L.tbpo_token_loss(qw, chosen["mask"], ql, rejected["mask"], member=cfg.tbpo_member, lam=cfg.tbpo_lam)
 
 
 def fit_reference(policy: Policy, mdp: TokenMDP, steps: int, batch_size: int = 256, lr: float = 3e-3,
@@ -339,13 +340,13 @@ def train_method(method: str, init_state: dict[str, torch.Tensor], mdp: TokenMDP
         lens = torch.cat([prefs["len_chosen"][idx], prefs["len_rejected"][idx]])
         s = token_stats(policy, ev.log_ref, torch.cat([x, x]), toks, lens)
         B = idx.shape[0]
-        sw = {k: v[:B] for k, v in s.items()}
-        sl = {k: v[B:] for k, v in s.items()}
-        loss = method_loss(method, sw, sl, cfg)
+        chosen = {k: v[:B] for k, v in s.items()}
+        rejected = {k: v[B:] for k, v in s.items()}
+        loss = method_loss(method, chosen, rejected, cfg)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        margin = (cfg.beta * L.sequence_margin(sw["lr"], sw["mask"], sl["lr"], sl["mask"])).mean().item()
+        margin = (cfg.beta * L.sequence_margin(chosen["lr"], chosen["mask"], rejected["lr"], rejected["mask"])).mean().item()
         curve.append({"method": method, "seed": seed, "step": step, "loss": loss.item(), "margin": margin})
         if step % cfg.eval_every == 0 or step == cfg.steps or step in EARLY_EVALS:
             record(step)
