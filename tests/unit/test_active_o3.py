@@ -268,6 +268,18 @@ def test_reward_table_equals_the_direct_rewards():
         assert parts["heuristic"][n].item() == pytest.approx(heuristic_reward(acts[a], cv.boxes[c]))
 
 
+def test_reading_by_side_counts_covered_digits_read_correctly_per_box_side():
+    acts = np.array([[0, 0, 16, 16], [0, 0, 40, 40], [40, 40, 80, 80]])  # the last covers nothing
+    gt, labels = [np.array([[2, 2, 10, 10]]), np.array([[4, 4, 12, 12], [60, 60, 68, 68]])], [np.array([3]),
+                                                                                            np.array([5, 6])]
+    preds = np.array([[3, 1, 3], [5, 5, 6]])  # canvas 0: the 40 box misreads; canvas 1: all read
+    by = ex.reading_by_side(RewardTable(acts, gt, labels, preds))
+    assert by.to_dict() == {16: 1.0, 40: pytest.approx(2 / 3)}  # 40: (0,'3') wrong, (1,'5') and (1,'6') right
+    sides = ex.chosen_sides({("dual", 0): ex.SensingPolicy(), ("dual", 1): ex.SensingPolicy()},
+                            torch.zeros(2, 24, 24), 2)
+    assert sides.columns.tolist() == ["GRPO dual"] and sides["GRPO dual"].sum() == pytest.approx(1.0)
+
+
 # --- data ---------------------------------------------------------------------------------
 
 

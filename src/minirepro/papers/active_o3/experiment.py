@@ -30,6 +30,7 @@ from minirepro.papers.active_o3.grpo import (
 )
 from minirepro.papers.active_o3.policy import SensingPolicy
 from minirepro.papers.active_o3.rewards import (
+    COVERED,
     FORMS,
     IOU_MAX,
     RewardTable,
@@ -245,6 +246,29 @@ def readability(task_model: torch.nn.Module, cv: Canvases) -> dict[str, float]:
         pred = predict(task_model, crop_resize(imgs, idx, boxes), digits_only=True)
         out[name] = float((pred == labels).double().mean())
     return out
+
+
+def reading_by_side(table: RewardTable) -> pd.Series:
+    """[reconstruction] Diagnostic: per grid-box side (pixels), the share of (canvas, box, digit)
+    triples with the digit covered by at least half that the task model reads correctly."""
+    sides = table.actions[:, 2] - table.actions[:, 0]
+    covered = (table.cov >= COVERED) & table.valid[:, None, :]  # [C, A, 3]
+    out = {}
+    for side in np.unique(sides):
+        m = covered[:, sides == side]
+        out[int(side)] = float(table.correct[:, sides == side][m].double().mean()) if m.any() else math.nan
+    return pd.Series(out, name="read when covered")
+
+
+def chosen_sides(policies: dict[tuple[str, int], SensingPolicy], view: torch.Tensor, k: int) -> pd.DataFrame:
+    """Diagnostic: the share of each box side (pixels) among the greedy answers of every seed's
+    policy, per reward form; rows are sides, columns ``GRPO <form>``."""
+    sides: dict[str, list[np.ndarray]] = {}
+    for (form, _seed), pol in policies.items():
+        b = np.concatenate(policy_boxes(pol, view, k))
+        sides.setdefault(f"GRPO {form}", []).append(b[:, 2] - b[:, 0])
+    return pd.DataFrame({f: pd.Series(np.concatenate(v)).value_counts(normalize=True)
+                         for f, v in sides.items()}).fillna(0.0).sort_index()
 
 
 @dataclass
