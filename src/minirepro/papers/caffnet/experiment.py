@@ -16,7 +16,7 @@ from minirepro.papers.caffnet.models import (
     METHODS,
     Data,
     EnsembleMLP,
-    Trained,
+    TrainedMethods,
     evaluate,
     make_data,
     output_layer,
@@ -77,7 +77,7 @@ class ScenarioRun:
 
     scenario: object
     data: Data
-    model: Trained
+    model: TrainedMethods
     table: pd.DataFrame
     start: np.ndarray  # per-seed test error of the untrained fixed projection (the start point)
 
@@ -130,7 +130,7 @@ def start_errors(scenario, data: Data, seeds: list[int], hidden: tuple[int, ...]
     """
     sc = scenario
     net = EnsembleMLP(list(seeds), sc.x_dim, sc.n, tuple(hidden))
-    model = Trained((method,), tuple(int(s) for s in seeds), net, None)
+    model = TrainedMethods((method,), tuple(int(s) for s in seeds), net, None)
     rows = pd.DataFrame(evaluate(model, sc, data)).set_index("seed").loc[list(seeds)]
     return rows["error"].to_numpy(dtype=float)
 

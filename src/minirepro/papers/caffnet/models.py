@@ -149,7 +149,7 @@ def make_data(scenario, n_train: int, n_test: int, seed: int, grid_test: bool = 
 
 
 @dataclass
-class Trained:
+class TrainedMethods:
     """Eq. (caffnet-eq-loss): the trained ensemble; member ``k`` is (methods[k//S], seeds[k%S])."""
 
     methods: tuple[str, ...]
@@ -187,7 +187,7 @@ class Trained:
 
 def train_methods(scenario, data: Data, methods=METHODS, seeds=(0,), *,
                   hidden: tuple[int, ...] = (64, 64), steps: int = 500, lr: float = 3e-3,
-                  batch_size: int = 64, penalty: float = 100.0) -> Trained:
+                  batch_size: int = 64, penalty: float = 100.0) -> TrainedMethods:
     """Eq. (caffnet-eq-loss): train every (method, seed) with Adam; returns the ensemble.
 
     The loss is ``task + penalty * mean(ReLU(Ay - b)^2)``. Member (method, seed) starts
@@ -203,7 +203,7 @@ def train_methods(scenario, data: Data, methods=METHODS, seeds=(0,), *,
     f_net = EnsembleMLP([s for _ in methods for s in seeds], scenario.x_dim, scenario.n, hidden)
     w_net = (EnsembleMLP([s + 10_000 for s in seeds], scenario.x_dim, scenario.n, hidden)
              if "CAffNet" in methods else None)
-    model = Trained(methods, seeds, f_net, w_net)
+    model = TrainedMethods(methods, seeds, f_net, w_net)
     params = list(f_net.parameters()) + (list(w_net.parameters()) if w_net else [])
     opt = torch.optim.Adam(params, lr=lr, foreach=True)
     gens = [torch.Generator().manual_seed(s) for s in seeds]
@@ -234,7 +234,7 @@ def train_methods(scenario, data: Data, methods=METHODS, seeds=(0,), *,
 
 
 @torch.no_grad()
-def evaluate(model: Trained, scenario, data: Data, eps: float = 1e-6) -> list[dict]:
+def evaluate(model: TrainedMethods, scenario, data: Data, eps: float = 1e-6) -> list[dict]:
     """Eq. (caffnet-eq-constraints): test error and violations of every member, one dict each.
 
     The metrics: mean error (MSE or optimality gap), max and mean violation, and the
@@ -256,7 +256,7 @@ def evaluate(model: Trained, scenario, data: Data, eps: float = 1e-6) -> list[di
 
 
 @torch.no_grad()
-def predict(model: Trained, scenario, x: torch.Tensor, method: str, seed: int) -> torch.Tensor:
+def predict(model: TrainedMethods, scenario, x: torch.Tensor, method: str, seed: int) -> torch.Tensor:
     """Eqs. (caffnet-eq-select, caffnet-eq-hardnet, caffnet-eq-projection): one member's outputs.
 
     Shape (T, n) on inputs ``x`` (T, d).

@@ -44,7 +44,7 @@ from minirepro.papers.ssa.model import (
     ARMS_TRAINED,
     EnsembleEncoder,
     Member,
-    Trained,
+    TrainedEnsemble,
     build_ensemble,
     shared_bases,
     train_ensemble,
@@ -52,7 +52,7 @@ from minirepro.papers.ssa.model import (
 
 __all__ = [
     "ARMS", "ARMS_TRAINED", "Config", "correlations", "per_seed", "summary", "EnsembleEncoder", "Experiment", "Member", "Pairs", "SharedSpace",
-    "Trained", "build_ensemble", "check_pairs", "correlation_gap", "cross_run_table", "digit_attributes",
+    "TrainedEnsemble", "build_ensemble", "check_pairs", "correlation_gap", "cross_run_table", "digit_attributes",
     "digits_pairs", "effective_rank", "gap_angle", "gap_penalty", "info_nce", "isometry_violation",
     "liang_gap", "measure", "normalize", "pair_cosine", "plots", "post_hoc", "principal_angles",
     "project", "project_normalize", "recall_at_k", "run_experiment", "shared_alignment",

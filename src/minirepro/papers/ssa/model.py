@@ -66,7 +66,7 @@ class Member:
 
 
 @dataclass
-class Trained:
+class TrainedEnsemble:
     """[reconstruction] The trained ensemble: encoders, inverse temperatures, and the InfoNCE curve."""
 
     members: list[Member]
@@ -100,7 +100,7 @@ def shared_bases(ex: np.ndarray, ey: np.ndarray) -> np.ndarray:
 
 
 def build_ensemble(members: list[Member], x: dict[int, tuple[np.ndarray, ...]], bases: dict[float, tuple],
-                   hidden: int) -> Trained:
+                   hidden: int) -> TrainedEnsemble:
     """[reconstruction] The untrained ensemble for ``members``: ``x[seed]`` holds the seed's inputs (first
     ``x_train``, ``y_train``); ``bases[phi] = (basis_x, basis_y)``, each ``(d, rank)``."""
     if not members:
@@ -114,12 +114,12 @@ def build_ensemble(members: list[Member], x: dict[int, tuple[np.ndarray, ...]], 
     enc_y = EnsembleEncoder([1000 * s + 2 for s in seeds], x[seeds[0]][1].shape[1], hidden,
                             np.stack([bases[m.phi][1] for m in members]))
     ls = torch.nn.Parameter(torch.full((len(members),), INIT_LOGIT_SCALE))
-    return Trained(members, enc_x, enc_y, ls)
+    return TrainedEnsemble(members, enc_x, enc_y, ls)
 
 
-def train_ensemble(model: Trained, x: dict[int, tuple[np.ndarray, ...]], steps: int, lr: float,
+def train_ensemble(model: TrainedEnsemble, x: dict[int, tuple[np.ndarray, ...]], steps: int, lr: float,
                    lambda_gap: float, lambda_ssa: float, ssa_every: int, batch_size: int | None,
-                   log_every: int = 10, batch_seed: int = 0, desc: str = "train") -> Trained:
+                   log_every: int = 10, batch_seed: int = 0, desc: str = "train") -> TrainedEnsemble:
     """[reconstruction] Train every member with its arm's loss (§5, SSA as reconstructed):
 
     CLIP: InfoNCE; gap penalty: InfoNCE + ``lambda_gap`` ||μ_x - μ_y||²; SSA: InfoNCE +
