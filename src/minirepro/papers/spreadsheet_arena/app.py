@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import html
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -100,22 +101,38 @@ def create_app(db_path: str | Path, seed: int = 0, n_per_category: int = 25,
     A battle not voted within ``pairing_ttl_s`` seconds expires; a client holds at most
     ``max_open_per_client`` unvoted battles (its oldest goes when it asks for more).
     """
+    gens, plist = _generators_and_prompts(generators, prompts, n_per_category, seed)
+    store = VoteStore(db_path, pairing_ttl_s=pairing_ttl_s, max_open_per_client=max_open_per_client)
+    rng = np.random.default_rng(seed)
+    lock = threading.Lock()
+    workbook = _workbook_cache({g.name: g for g in gens}, seed, lock)
+
+    app = Flask("minirepro-spreadsheet-arena")
+    app.config.update(MAX_CONTENT_LENGTH=16 * 1024, PROPAGATE_EXCEPTIONS=False)
+    app.extensions["arena_store"] = store
+    _add_battle_route(app, store, gens, plist, rng, lock, workbook)
+    _add_vote_route(app, store, {p.id: p for p in plist})
+    _add_leaderboard_routes(app, store, n_boot, seed)
+    _add_error_pages_and_headers(app)
+    return app
+
+
+def _generators_and_prompts(generators: list[WorkbookGenerator] | None, prompts: list[Prompt] | None,
+                            n_per_category: int, seed: int) -> tuple[list[WorkbookGenerator], list[Prompt]]:
+    """The arena's generators and prompts (the defaults for ``None``), checked to make battles."""
     gens = list(generators) if generators is not None else default_generators()
     if len(gens) < 2 or len({g.name for g in gens}) != len(gens):
         raise ValueError("the arena needs at least two generators with distinct names")
     plist = list(prompts) if prompts is not None else make_prompts(n_per_category, seed)
     if not plist:
         raise ValueError("the arena needs at least one prompt")
-    by_name = {g.name: g for g in gens}
-    by_prompt = {p.id: p for p in plist}
-    store = VoteStore(db_path, pairing_ttl_s=pairing_ttl_s, max_open_per_client=max_open_per_client)
-    rng = np.random.default_rng(seed)
-    lock = threading.Lock()
-    cache: dict[tuple[str, str], bytes] = {}
+    return gens, plist
 
-    app = Flask("minirepro-spreadsheet-arena")
-    app.config.update(MAX_CONTENT_LENGTH=16 * 1024, PROPAGATE_EXCEPTIONS=False)
-    app.extensions["arena_store"] = store
+
+def _workbook_cache(by_name: dict[str, WorkbookGenerator], seed: int,
+                    lock: threading.Lock) -> Callable[[Prompt, str], bytes]:
+    """``workbook(prompt, name)``: generator ``name``'s workbook for ``prompt``, made once, then cached."""
+    cache: dict[tuple[str, str], bytes] = {}
 
     def workbook(prompt: Prompt, name: str) -> bytes:
         key = (prompt.id, name)
@@ -124,6 +141,14 @@ def create_app(db_path: str | Path, seed: int = 0, n_per_category: int = 25,
             with lock:
                 cache[key] = data
         return cache[key]
+
+    return workbook
+
+
+def _add_battle_route(app: Flask, store: VoteStore, gens: list[WorkbookGenerator], plist: list[Prompt],
+                      rng: np.random.Generator, lock: threading.Lock,
+                      workbook: Callable[[Prompt, str], bytes]) -> None:
+    """``GET /``: a random prompt with two random generators' workbooks, blind, and the vote buttons."""
 
     @app.get("/")
     def battle():
@@ -146,6 +171,10 @@ def create_app(db_path: str | Path, seed: int = 0, n_per_category: int = 25,
                     f"value='{html.escape(token, quote=True)}'>{buttons}</form>")
             return _page("SpreadsheetArena", f"<h1>Which workbook is better?</h1>{body}{form}")
         abort(503, "could not produce a valid pair of workbooks")
+
+
+def _add_vote_route(app: Flask, store: VoteStore, by_prompt: dict[str, Prompt]) -> None:
+    """``POST /vote``: record the vote on a battle token, then reveal the two generators."""
 
     @app.post("/vote")
     def vote():
@@ -171,6 +200,10 @@ def create_app(db_path: str | Path, seed: int = 0, n_per_category: int = 25,
                 f"</b>; workbook B was <b>{html.escape(p.model_b)}</b>.</p>"
                 "<p><a href='/'>Next battle</a></p>")
         return _page("Vote recorded", body)
+
+
+def _add_leaderboard_routes(app: Flask, store: VoteStore, n_boot: int, seed: int) -> None:
+    """``GET /leaderboard`` (a page) and ``GET /api/leaderboard`` (JSON) over all votes so far."""
 
     def board():
         df = store.votes()
@@ -199,6 +232,10 @@ def create_app(db_path: str | Path, seed: int = 0, n_per_category: int = 25,
         fr = board()
         return jsonify(votes=store.n_votes(), rows=[] if fr is None else fr.to_dict("records"))
 
+
+def _add_error_pages_and_headers(app: Flask) -> None:
+    """The security headers on every response; 4xx pages and a plain 500 page, never a traceback."""
+
     @app.after_request
     def security_headers(response):
         for k, v in SECURITY_HEADERS.items():
@@ -214,5 +251,3 @@ def create_app(db_path: str | Path, seed: int = 0, n_per_category: int = 25,
     @app.errorhandler(Exception)
     def server_error(exc: Exception):  # noqa: ARG001 - never show a traceback
         return _page("500", "<h1>500 Internal error</h1><p>Something went wrong.</p>"), 500
-
-    return app
