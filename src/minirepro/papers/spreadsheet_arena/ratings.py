@@ -283,28 +283,53 @@ def fit_style_control(df: pd.DataFrame, feats_a: np.ndarray, feats_b: np.ndarray
         from the inverse Hessian at the optimum (Newton's method with backtracking).
     """
     models = check_battles(df, models)
+    feats_a, feats_b = _check_style_features(df, feats_a, feats_b)
+    keep = (df["winner"] != "both_bad").to_numpy()
+    if keep.sum() < 2:
+        raise ValueError("need at least two votes that are not 'both_bad'")
+    sub = df[keep]
+    free, D = _strength_design(sub, models, anchor)
+    X = (feats_a - feats_b)[keep]
+    y = sub["winner"].map({"model_a": 0, "model_b": 1, "tie": 2}).to_numpy()
+    args = (D, X, y, len(free), ridge)
+    theta, nll = _newton_rk(len(free) + X.shape[1] + 1, args)
+    cov = np.linalg.pinv(_rk_hessian(theta, *args))
+    b = np.zeros(len(models))
+    b[free] = theta[:len(free)]
+    nf = len(free)
+    se = np.sqrt(np.clip(np.diag(cov)[nf:nf + X.shape[1]], 0, None))
+    return StyleFit(models, b, theta[nf:-1], se, float(np.exp(theta[-1])), float(-nll),
+                    int(keep.sum()))
+
+
+def _check_style_features(df: pd.DataFrame, feats_a, feats_b) -> tuple[np.ndarray, np.ndarray]:
+    """The two workbooks' feature matrices as float arrays, checked to be both (n votes, F)."""
     feats_a, feats_b = np.asarray(feats_a, float), np.asarray(feats_b, float)
     if feats_a.shape != feats_b.shape or feats_a.ndim != 2 or len(feats_a) != len(df):
         raise ValueError(f"feats_a and feats_b must both be (n={len(df)}, F); got "
                          f"{feats_a.shape} and {feats_b.shape}")
-    keep = (df["winner"] != "both_bad").to_numpy()
-    if keep.sum() < 2:
-        raise ValueError("need at least two votes that are not 'both_bad'")
+    return feats_a, feats_b
+
+
+def _strength_design(sub: pd.DataFrame, models: list[str],
+                     anchor: int | list[int]) -> tuple[list[int], np.ndarray]:
+    """The free (non-anchor) models' indices and the design D (+1 for model A, -1 for model B)."""
     idx = {m: k for k, m in enumerate(models)}
     anchors = [anchor] if isinstance(anchor, (int, np.integer)) else list(anchor)
     free = [i for i in range(len(models)) if i not in anchors]
     col = {m: j for j, m in enumerate(free)}
-    sub = df[keep]
     D = np.zeros((len(sub), len(free)))
     for side, sign in (("model_a", 1.0), ("model_b", -1.0)):
         for r, m in enumerate(sub[side].map(idx)):
             if m in col:
                 D[r, col[m]] += sign
-    X = (feats_a - feats_b)[keep]
-    y = sub["winner"].map({"model_a": 0, "model_b": 1, "tie": 2}).to_numpy()
-    x0 = np.zeros(len(free) + X.shape[1] + 1)
+    return free, D
+
+
+def _newton_rk(n_params: int, args: tuple) -> tuple[np.ndarray, float]:
+    """Newton's method with backtracking on ``_rk_nll`` from zero strengths and tau = 0.3."""
+    x0 = np.zeros(n_params)
     x0[-1] = np.log(0.3)
-    args = (D, X, y, len(free), ridge)
     theta = x0
     nll, g = _rk_nll(theta, *args)
     for _ in range(100):  # Newton with backtracking on the negative log-likelihood
@@ -320,11 +345,5 @@ def fit_style_control(df: pd.DataFrame, feats_a: np.ndarray, feats_b: np.ndarray
             t *= 0.5
         if not moved or np.abs(g).max() < 1e-8 or np.abs(t * step).max() < 1e-10:
             break
-    cov = np.linalg.pinv(_rk_hessian(theta, *args))
-    b = np.zeros(len(models))
-    b[free] = theta[:len(free)]
-    nf = len(free)
-    se = np.sqrt(np.clip(np.diag(cov)[nf:nf + X.shape[1]], 0, None))
-    return StyleFit(models, b, theta[nf:-1], se, float(np.exp(theta[-1])), float(-nll),
-                    int(keep.sum()))
+    return theta, nll
 

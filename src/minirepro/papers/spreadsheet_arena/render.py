@@ -63,57 +63,71 @@ def workbook_html(data: bytes, title: str = "Workbook", limits: Limits = DEFAULT
     wb, n_charts = open_workbook(data, limits)
     out = [f'<div class="workbook"><h3>{html.escape(title)}</h3>']
     for ws in wb.worksheets:
-        out.append(f'<table class="sheet"><caption>{html.escape(ws.title)}</caption>')
-        max_r, max_c = min(ws.max_row, MAX_ROWS), min(ws.max_column, MAX_COLS)
-        out.append("<tr><th></th>" + "".join(f"<th>{get_column_letter(c)}</th>"
-                                             for c in range(1, max_c + 1)) + "</tr>")
-        for r in range(1, max_r + 1):
-            cells = [f"<th>{r}</th>"]
-            for c in range(1, max_c + 1):
-                cell = ws._cells.get((r, c))
-                if cell is None or cell.value is None:
-                    cells.append("<td></td>")
-                    continue
-                v, tip = cell.value, ""
-                if isinstance(v, str) and v.startswith("=") and len(v) > 1:
-                    tip = v
-                    v = ev.values.get((ws.title.upper(), r, c), v)
-                    v = str(v) if not isinstance(v, (int, float, bool, str)) else v
-                style = []
-                if cell.font is not None and cell.font.b:
-                    style.append("font-weight:bold")
-                fc = _css_color(getattr(getattr(cell.font, "color", None), "rgb", None))
-                if fc:
-                    style.append(f"color:{fc}")
-                if cell.fill is not None and cell.fill.fill_type == "solid":
-                    bg = _css_color(getattr(cell.fill.start_color, "rgb", None))
-                    if bg:
-                        style.append(f"background:{bg}")
-                text = format_value(v, cell.number_format)
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    style.append("text-align:right")
-                attrs = f' style="{";".join(style)}"' if style else ""
-                if tip:
-                    attrs += f' title="{html.escape(tip, quote=True)}"'
-                cells.append(f"<td{attrs}>{html.escape(text)}</td>")
-            out.append("<tr>" + "".join(cells) + "</tr>")
-        out.append("</table>")
-        notes = []
-        if ws.freeze_panes:
-            notes.append(f"frozen panes at {html.escape(str(ws.freeze_panes))}")
-        n_cf = sum(len(x.rules) for x in ws.conditional_formatting)
-        if n_cf:
-            notes.append(f"{n_cf} conditional format rule(s)")
-        if ws.max_row > MAX_ROWS or ws.max_column > MAX_COLS:
-            notes.append(f"showing {max_r} of {ws.max_row} rows, {max_c} of {ws.max_column} columns")
-        if notes:
-            out.append(f'<p class="notes">{html.escape("; ".join(notes))}</p>')
+        out.extend(_sheet_html(ws, ev))
     if n_charts:
         out.append(f'<p class="notes">{n_charts} chart(s) in the workbook (not drawn here)</p>')
     if feats["n_errors"]:
         out.append(f'<p class="notes">{int(feats["n_errors"])} cell(s) evaluate to an error</p>')
     out.append("</div>")
     return "\n".join(out)
+
+
+def _sheet_html(ws, ev) -> list[str]:
+    """One sheet's lines: its table (at most MAX_ROWS x MAX_COLS) and the notes under it."""
+    out = [f'<table class="sheet"><caption>{html.escape(ws.title)}</caption>']
+    max_r, max_c = min(ws.max_row, MAX_ROWS), min(ws.max_column, MAX_COLS)
+    out.append("<tr><th></th>" + "".join(f"<th>{get_column_letter(c)}</th>"
+                                         for c in range(1, max_c + 1)) + "</tr>")
+    for r in range(1, max_r + 1):
+        cells = [f"<th>{r}</th>"] + [_cell_html(ws, ev, r, c) for c in range(1, max_c + 1)]
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+    notes = _sheet_notes(ws, max_r, max_c)
+    if notes:
+        out.append(f'<p class="notes">{html.escape("; ".join(notes))}</p>')
+    return out
+
+
+def _cell_html(ws, ev, r: int, c: int) -> str:
+    """Cell (r, c) as a ``<td>``: its value (a formula's evaluated value), style and formula tooltip."""
+    cell = ws._cells.get((r, c))
+    if cell is None or cell.value is None:
+        return "<td></td>"
+    v, tip = cell.value, ""
+    if isinstance(v, str) and v.startswith("=") and len(v) > 1:
+        tip = v
+        v = ev.values.get((ws.title.upper(), r, c), v)
+        v = str(v) if not isinstance(v, (int, float, bool, str)) else v
+    style = []
+    if cell.font is not None and cell.font.b:
+        style.append("font-weight:bold")
+    fc = _css_color(getattr(getattr(cell.font, "color", None), "rgb", None))
+    if fc:
+        style.append(f"color:{fc}")
+    if cell.fill is not None and cell.fill.fill_type == "solid":
+        bg = _css_color(getattr(cell.fill.start_color, "rgb", None))
+        if bg:
+            style.append(f"background:{bg}")
+    text = format_value(v, cell.number_format)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        style.append("text-align:right")
+    attrs = f' style="{";".join(style)}"' if style else ""
+    if tip:
+        attrs += f' title="{html.escape(tip, quote=True)}"'
+    return f"<td{attrs}>{html.escape(text)}</td>"
+
+
+def _sheet_notes(ws, max_r: int, max_c: int) -> list[str]:
+    """What the table cannot show: frozen panes, conditional formats, rows and columns cut off."""
+    notes = []
+    if ws.freeze_panes:
+        notes.append(f"frozen panes at {html.escape(str(ws.freeze_panes))}")
+    n_cf = sum(len(x.rules) for x in ws.conditional_formatting)
+    if n_cf:
+        notes.append(f"{n_cf} conditional format rule(s)")
+    if ws.max_row > MAX_ROWS or ws.max_column > MAX_COLS:
+        notes.append(f"showing {max_r} of {ws.max_row} rows, {max_c} of {ws.max_column} columns")
+    return notes
 
 
 CSS = """
