@@ -161,28 +161,39 @@ class NMPC:
         self._check(pr)
         if init is not None:
             self._last, warm, shift = init.raw, True, False
-        pl, N = self.plant, self.N
         p = np.concatenate([pr.x0, pr.u_prev, np.asarray(pr.d).ravel()])
+        lbg, ubg = self._g_bounds(pr)
+        if self.soft:
+            shift = False
+        args = {"p": p, "lbx": self._lbx, "ubx": self._ubx, "lbg": lbg, "ubg": ubg}
+        solver = self._start(pr, args, warm, shift)
+        res, stats, status = self._run(pr, solver, args, retry)
+        return self._solution(pr, res, stats, status)
+
+    def _g_bounds(self, pr: MPCProblem) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds on the constraints g: the state bounds (soft form: x - e <= upper, x + e >= lower)."""
         lo, hi = np.asarray(pr.x_lower, float).ravel(), np.asarray(pr.x_upper, float).ravel()
         if self.soft:
             inf = np.full_like(lo, np.inf)
-            lbg, ubg = np.concatenate([-inf, lo]), np.concatenate([hi, inf])
-            shift = False
-        else:
-            lbg, ubg = lo, hi
-        args = {"p": p, "lbx": self._lbx, "ubx": self._ubx, "lbg": lbg, "ubg": ubg}
+            return np.concatenate([-inf, lo]), np.concatenate([hi, inf])
+        return lo, hi
+
+    def _start(self, pr: MPCProblem, args: dict, warm: bool, shift: bool):
+        """The solver to call, with its start put in ``args``: the last plan (warm) or a cold start."""
         if warm and self._last is not None:
             w0, lx0, lg0 = self._last
             if shift:
-                nu, nx = pl.n_u, pl.n_x
+                nu, nx = self.plant.n_u, self.plant.n_x
                 w0 = np.concatenate([w0[nu:], w0[-nu:]])
                 lx0 = np.concatenate([lx0[nu:], lx0[-nu:]])
                 lg0 = np.concatenate([lg0[nx:], lg0[-nx:]])
-            solver = self._solver
             args.update(x0=w0, lam_x0=lx0, lam_g0=lg0)
-        else:
-            solver = self._cold
-            args["x0"] = self._cold_x0(pr)
+            return self._solver
+        args["x0"] = self._cold_x0(pr)
+        return self._cold
+
+    def _run(self, pr: MPCProblem, solver, args: dict, retry: bool) -> tuple[dict, dict, str]:
+        """Call IPOPT (once more cold after a failed warm start if ``retry``); raise if it fails."""
         res = solver(**args)
         self.n_solves += 1
         stats = solver.stats()
@@ -197,9 +208,15 @@ class NMPC:
             status = stats["return_status"]
         if status not in _OK:
             raise MPCInfeasibleError(
-                f"{pl.name} MPC has no solution (IPOPT: {status}); x0={np.round(pr.x0, 3).tolist()}, "
+                f"{self.plant.name} MPC has no solution (IPOPT: {status}); "
+                f"x0={np.round(pr.x0, 3).tolist()}, "
                 f"tightest state bounds lower={np.round(np.max(pr.x_lower, 0), 3).tolist()} "
                 f"upper={np.round(np.min(pr.x_upper, 0), 3).tolist()}: no move is explained")
+        return res, stats, status
+
+    def _solution(self, pr: MPCProblem, res: dict, stats: dict, status: str) -> MPCSolution:
+        """The plan, its state trajectory and the multipliers, from IPOPT's result (kept to warm-start)."""
+        pl, N = self.plant, self.N
         w_all = np.asarray(res["x"]).ravel()
         lam_g_all = np.asarray(res["lam_g"]).ravel()
         n = N * pl.n_x
