@@ -142,14 +142,9 @@ def blended_prefill(model: PreTrainedModel, item: RelayItem,
     """
     base, cfg = model.model, model.config
     layers = list(base.layers)
-    if len(reused) != len(layers) or len(schedule.passes) != len(layers):
-        raise ValueError(f"reused KV / schedule for {len(reused)} / {len(schedule.passes)} layers, "
-                         f"the model has {len(layers)}: a cache from a different model config?")
+    _check_blend_inputs(cfg, item, reused, schedule, len(layers))
     ids = item.b_ids
     n, pb, s = ids.shape[1], len(item.pb), len(item.s)
-    if n > cfg.max_position_embeddings:
-        raise ValueError(f"B's context of {n} tokens is longer than the model's context "
-                         f"({cfg.max_position_embeddings})")
     h = base.embed_tokens(ids).clone()
     pos = torch.arange(n)
     cos, sin = base.rotary_emb(h, pos[None])
@@ -158,48 +153,91 @@ def blended_prefill(model: PreTrainedModel, item: RelayItem,
     cache = DynamicCache(config=cfg)
     passes = list(schedule.passes)
     for li, layer in enumerate(layers):
-        att = layer.self_attn
-        hd = att.head_dim
         kv_s = torch.cat([passes[li], schedule.kv_only[li]]).unique(sorted=True)
         comp = torch.cat([fixed, pb + passes[li]]).unique(sorted=True)
         kv_tok = torch.cat([comp, pb + kv_s]).unique(sorted=True)
-        x = layer.input_layernorm(h[:, kv_tok])
-        k = att.k_proj(x).view(1, -1, cfg.num_key_value_heads, hd).transpose(1, 2)
-        v = att.v_proj(x).view(1, -1, cfg.num_key_value_heads, hd).transpose(1, 2)
-        c, sn = cos[:, kv_tok][:, None], sin[:, kv_tok][:, None]
-        k = k * c + rotate_half(k) * sn
-        rk, rv = reused[li]
-        if rk.shape[-1] != hd or rk.shape[1] != cfg.num_key_value_heads or rk.shape[2] != s:
-            raise ValueError(f"reused keys of shape {tuple(rk.shape)} do not fit layer {li} "
-                             f"(1, {cfg.num_key_value_heads}, {s}, {hd}): a different model config?")
-        kk = torch.zeros(1, cfg.num_key_value_heads, n, hd, dtype=h.dtype)
-        vv = torch.zeros_like(kk)
-        kk[:, :, pb:pb + s], vv[:, :, pb:pb + s] = rk, rv
-        kk[:, :, kv_tok], vv[:, :, kv_tok] = k, v
+        x, k, v, c, sn = _fresh_kv(layer, cfg, h, kv_tok, cos, sin)
+        kk, vv = _layer_kv(cfg, li, reused[li], k, v, kv_tok, n, pb, s, h.dtype)
         if schedule.detect_layer == li:
-            if detect is None:
-                raise ValueError("the schedule has a detection layer but no detect function")
-            sel = pb + kv_s
-            chosen = _idx(detect(kk[:, :, sel], vv[:, :, sel], rk[:, :, kv_s], rv[:, :, kv_s]))
-            chosen = chosen[torch.isin(chosen, passes[li - 1])]
+            chosen = _detect_passes(detect, kk, vv, reused[li], pb, kv_s, passes[li - 1])
             for lj in range(li, len(layers)):
                 passes[lj] = chosen
             comp = torch.cat([fixed, pb + chosen]).unique(sorted=True)
-        rows = torch.searchsorted(kv_tok, comp)
-        q = att.q_proj(x[:, rows]).view(1, -1, cfg.num_attention_heads, hd).transpose(1, 2)
-        q = q * c[:, :, rows] + rotate_half(q) * sn[:, :, rows]
-        rep = cfg.num_attention_heads // cfg.num_key_value_heads
-        kr, vr = kk.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
-        scores = (q @ kr.transpose(-1, -2)) * att.scaling
-        scores = scores.masked_fill(~causal[comp][None, None], float("-inf"))
-        o = (scores.softmax(-1) @ vr).transpose(1, 2).reshape(1, comp.numel(), -1)
-        hc = h[:, comp] + att.o_proj(o)
-        hc = hc + layer.mlp(layer.post_attention_layernorm(hc))
-        h[:, comp] = hc
+        _pass_layer(layer, cfg, h, x, c, sn, kv_tok, comp, kk, vv, causal)
         cache.update(kk, vv, li)
     logits = model.lm_head(base.norm(h[:, pb + s:]))[0]
     done = Schedule(passes, list(schedule.kv_only), schedule.detect_layer)
     return BlendOutput(logits.float(), cache, done)
+
+
+def _check_blend_inputs(cfg, item: RelayItem, reused: list, schedule: Schedule, n_layers: int) -> None:
+    """Refuse a reused KV or schedule for another layer count, and a context longer than the model's."""
+    if len(reused) != n_layers or len(schedule.passes) != n_layers:
+        raise ValueError(f"reused KV / schedule for {len(reused)} / {len(schedule.passes)} layers, "
+                         f"the model has {n_layers}: a cache from a different model config?")
+    n = item.b_ids.shape[1]
+    if n > cfg.max_position_embeddings:
+        raise ValueError(f"B's context of {n} tokens is longer than the model's context "
+                         f"({cfg.max_position_embeddings})")
+
+
+def _fresh_kv(layer, cfg, h: torch.Tensor, kv_tok: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """The layer's normed input ``x`` for the ``kv_tok`` tokens, their fresh rotated keys and values, cos/sin."""
+    att = layer.self_attn
+    hd = att.head_dim
+    x = layer.input_layernorm(h[:, kv_tok])
+    k = att.k_proj(x).view(1, -1, cfg.num_key_value_heads, hd).transpose(1, 2)
+    v = att.v_proj(x).view(1, -1, cfg.num_key_value_heads, hd).transpose(1, 2)
+    c, sn = cos[:, kv_tok][:, None], sin[:, kv_tok][:, None]
+    k = k * c + rotate_half(k) * sn
+    return x, k, v, c, sn
+
+
+def _layer_kv(cfg, li: int, reused_li: tuple[torch.Tensor, torch.Tensor], k: torch.Tensor,
+              v: torch.Tensor, kv_tok: torch.Tensor, n: int, pb: int, s: int, dtype: torch.dtype
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer ``li``'s KV over B's context: A's reused KV for ``S``, the fresh KV at ``kv_tok``."""
+    hd = k.shape[-1]
+    rk, rv = reused_li
+    if rk.shape[-1] != hd or rk.shape[1] != cfg.num_key_value_heads or rk.shape[2] != s:
+        raise ValueError(f"reused keys of shape {tuple(rk.shape)} do not fit layer {li} "
+                         f"(1, {cfg.num_key_value_heads}, {s}, {hd}): a different model config?")
+    kk = torch.zeros(1, cfg.num_key_value_heads, n, hd, dtype=dtype)
+    vv = torch.zeros_like(kk)
+    kk[:, :, pb:pb + s], vv[:, :, pb:pb + s] = rk, rv
+    kk[:, :, kv_tok], vv[:, :, kv_tok] = k, v
+    return kk, vv
+
+
+def _detect_passes(detect: Detect | None, kk: torch.Tensor, vv: torch.Tensor,
+                   reused_li: tuple[torch.Tensor, torch.Tensor], pb: int, kv_s: torch.Tensor,
+                   passed_below: torch.Tensor) -> torch.Tensor:
+    """At the detection layer: the ``S`` tokens ``detect`` picks (among those that passed below)."""
+    if detect is None:
+        raise ValueError("the schedule has a detection layer but no detect function")
+    rk, rv = reused_li
+    sel = pb + kv_s
+    chosen = _idx(detect(kk[:, :, sel], vv[:, :, sel], rk[:, :, kv_s], rv[:, :, kv_s]))
+    return chosen[torch.isin(chosen, passed_below)]
+
+
+def _pass_layer(layer, cfg, h: torch.Tensor, x: torch.Tensor, c: torch.Tensor, sn: torch.Tensor,
+                kv_tok: torch.Tensor, comp: torch.Tensor, kk: torch.Tensor, vv: torch.Tensor,
+                causal: torch.Tensor) -> None:
+    """The ``comp`` tokens pass the layer (attention over ``kk, vv``, then the MLP); ``h`` is updated."""
+    att = layer.self_attn
+    hd = att.head_dim
+    rows = torch.searchsorted(kv_tok, comp)
+    q = att.q_proj(x[:, rows]).view(1, -1, cfg.num_attention_heads, hd).transpose(1, 2)
+    q = q * c[:, :, rows] + rotate_half(q) * sn[:, :, rows]
+    rep = cfg.num_attention_heads // cfg.num_key_value_heads
+    kr, vr = kk.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
+    scores = (q @ kr.transpose(-1, -2)) * att.scaling
+    scores = scores.masked_fill(~causal[comp][None, None], float("-inf"))
+    o = (scores.softmax(-1) @ vr).transpose(1, 2).reshape(1, comp.numel(), -1)
+    hc = h[:, comp] + att.o_proj(o)
+    hc = hc + layer.mlp(layer.post_attention_layernorm(hc))
+    h[:, comp] = hc
 
 
 def prefill_flops(model: PreTrainedModel, item: RelayItem, schedule: Schedule,
