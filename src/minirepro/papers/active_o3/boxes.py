@@ -13,16 +13,16 @@ import torch
 
 
 class BoxFormatError(ValueError):
-    """A sensing answer that is not a valid list of boxes (the format reward is 0)."""
+    """Eq. (active-o3-eq-reward), r_fmt = 0: a sensing answer that is not a valid list of boxes (the format reward is 0)."""
 
 
 def to_json(boxes: np.ndarray | list, label: str = "digit") -> str:
-    """Eq. (answer format): boxes -> ``[{"bbox_2d": [x1, y1, x2, y2], "label": ...}, ...]``."""
+    """[reconstruction] The paper's answer format: boxes -> ``[{"bbox_2d": [x1, y1, x2, y2], "label": ...}, ...]``."""
     return json.dumps([{"bbox_2d": [int(v) for v in b], "label": label} for b in np.asarray(boxes).reshape(-1, 4)])
 
 
 def parse_boxes(text: str, size: int = 96, max_boxes: int = 3) -> np.ndarray:
-    """§3 (answer format): parse a sensing answer strictly into an int array [k, 4].
+    """Eq. (active-o3-eq-reward), r_fmt: parse a sensing answer strictly into an int array [k, 4].
 
     Accepts exactly a JSON list of 1..``max_boxes`` objects, each with a ``"bbox_2d"`` of
     four integers ``x1 < x2``, ``y1 < y2`` inside ``[0, size]`` and a string ``"label"``;
@@ -66,7 +66,7 @@ def parse_boxes(text: str, size: int = 96, max_boxes: int = 3) -> np.ndarray:
 
 
 def check_boxes(boxes: torch.Tensor | np.ndarray, size: int | None = None) -> torch.Tensor:
-    """``boxes`` as a float64 tensor [..., 4], checked: finite, non-empty, inside ``[0, size]``."""
+    """Eq. (active-o3-eq-reward), r_fmt's checks: ``boxes`` as a float64 tensor [..., 4], checked: finite, non-empty, inside ``[0, size]``."""
     b = torch.as_tensor(boxes, dtype=torch.float64)
     if b.ndim < 1 or b.shape[-1] != 4:
         raise ValueError(f"boxes must have a last dimension of 4, got shape {tuple(b.shape)}")
@@ -87,20 +87,20 @@ def _inter(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def area(boxes: torch.Tensor | np.ndarray) -> torch.Tensor:
-    """Box areas in pixels^2, [n, 4] -> [n]."""
+    """Eq. (active-o3-eq-reward), bad area: box areas in pixels^2, [n, 4] -> [n]."""
     b = check_boxes(boxes)
     return (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
 
 
 def box_iou(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> torch.Tensor:
-    """Pairwise IoU, [n, 4] x [m, 4] -> [n, m] (as ``torchvision.ops.box_iou``)."""
+    """Eq. (active-o3-eq-reward), overlap: pairwise IoU, [n, 4] x [m, 4] -> [n, m] (as ``torchvision.ops.box_iou``)."""
     a, b = check_boxes(a).reshape(-1, 4), check_boxes(b).reshape(-1, 4)
     inter = _inter(a, b)
     return inter / (area(a)[:, None] + area(b)[None, :] - inter)
 
 
 def coverage(gt: torch.Tensor | np.ndarray, boxes: torch.Tensor | np.ndarray) -> torch.Tensor:
-    """Share of each ground-truth box's area inside each box, [g, 4] x [k, 4] -> [g, k] in [0, 1]."""
+    """Eq. (active-o3-eq-reward), coverage: share of each ground-truth box's area inside each box, [g, 4] x [k, 4] -> [g, k] in [0, 1]."""
     g, b = check_boxes(gt).reshape(-1, 4), check_boxes(boxes).reshape(-1, 4)
     return _inter(g, b) / area(g)[:, None]
 
@@ -124,7 +124,7 @@ def grid_actions(size: int = 96, stride: int = 12, sizes: tuple[int, ...] = (16,
 
 
 def tiling(size: int = 96, n: int = 3) -> np.ndarray:
-    """The full tiling of the canvas by ``n x n`` equal boxes (the cost bound), [n*n, 4]."""
+    """[reconstruction] The full-tiling baseline: the tiling of the canvas by ``n x n`` equal boxes (the cost bound), [n*n, 4]."""
     if n < 1 or size % n:
         raise ValueError(f"cannot tile {size} pixels into {n} equal parts")
     s = size // n

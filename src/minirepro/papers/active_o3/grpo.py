@@ -17,7 +17,7 @@ import torch
 
 
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eq. (GRPO advantage): ``A = (r - mean) / (std + eps)`` within each group.
+    """Eq. (active-o3-eq-advantage): ``A = (r - mean) / (std + eps)`` within each group.
 
     Args:
         rewards: [B, G] rewards, one row per prompt (canvas), ``G >= 2`` answers each.
@@ -38,7 +38,7 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Te
 
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
                       clip: float = 0.2) -> torch.Tensor:
-    """Eq. (PPO clip): per token ``min(w A, clip(w, 1 - clip, 1 + clip) A)``, ``w = exp(logp - old_logp)``.
+    """Eq. (active-o3-eq-grpo), the clipped term: per token ``min(w A, clip(w, 1 - clip, 1 + clip) A)``, ``w = exp(logp - old_logp)``.
 
     Args:
         logp, old_logp: [N, k] log-probabilities of the chosen tokens under pi_theta and pi_old.
@@ -57,7 +57,7 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Ten
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Eq. (KL penalty): the k3 estimate ``exp(ref - logp) - (ref - logp) - 1`` per token.
+    """Eq. (active-o3-eq-kl): the k3 estimate ``exp(ref - logp) - (ref - logp) - 1`` per token.
 
     It is >= 0 for every sample, 0 where the two policies agree, and its expectation under
     pi_theta is exactly ``KL(pi_theta || pi_ref)``.
@@ -70,7 +70,7 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor, adv: torch.Tensor,
               clip: float = 0.2, beta: float = 0.01) -> tuple[torch.Tensor, dict[str, float]]:
-    """§3.3 GRPO objective, negated for a minimiser: ``-(1/N) sum_n (1/k) sum_t [surrogate - beta KL]``.
+    """Eq. (active-o3-eq-grpo), negated for a minimiser: ``-(1/N) sum_n (1/k) sum_t [surrogate - beta KL]``.
 
     Returns the loss and a dict with the mean KL and the share of clipped tokens.
     """
@@ -100,7 +100,7 @@ def sample_without_replacement(logits: torch.Tensor, k: int, generator: torch.Ge
     return acts, sequence_logprobs(logits, acts)
 
 def sequence_logprobs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """Log-probability of each token of given answers, [N, A] x [N, k] -> [N, k]: token ``t`` is
+    """Eq. (active-o3-eq-grpo), the ratio's parts: log-probability of each token of given answers, [N, A] x [N, k] -> [N, k]: token ``t`` is
     drawn from the softmax over the actions not chosen before it."""
     if actions.ndim != 2 or actions.shape[0] != logits.shape[0]:
         raise ValueError(f"actions must be [N, k] for logits [N, A]; got {tuple(actions.shape)}, {tuple(logits.shape)}")
@@ -113,7 +113,7 @@ def sequence_logprobs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tens
 
 
 def greedy(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Greedy decoding: the ``k`` most likely distinct actions, [N, A] -> [N, k]."""
+    """[reconstruction] Greedy decoding at evaluation: the ``k`` most likely distinct actions, [N, A] -> [N, k]."""
     if k < 1:
         raise ValueError(f"k (boxes per answer) must be at least 1, got {k}")
     return logits.topk(k, dim=1).indices

@@ -39,7 +39,7 @@ class RewardWeights:
 
 
 def format_reward(text: str, size: int = 96, max_boxes: int = 3) -> float:
-    """§3.2 format reward: 1.0 if the answer parses strictly into 1..max_boxes in-canvas boxes, else 0.0."""
+    """Eq. (active-o3-eq-reward), r_fmt: 1.0 if the answer parses strictly into 1..max_boxes in-canvas boxes, else 0.0."""
     try:
         parse_boxes(text, size, max_boxes)
     except BoxFormatError:
@@ -48,7 +48,7 @@ def format_reward(text: str, size: int = 96, max_boxes: int = 3) -> float:
 
 
 def heuristic_reward(boxes: np.ndarray, gt: np.ndarray, size: int = 96) -> float:
-    """§3.2 heuristic reward [reconstruction]: mean over GT digits of the best coverage by one box,
+    """Eq. (active-o3-eq-reward), r_heur [reconstruction]: mean over GT digits of the best coverage by one box,
     minus 0.5 x (share of box pairs with IoU > 0.3) minus 0.5 x (share of boxes whose area
     is outside 1-50% of the canvas). ``boxes`` [k, 4], ``gt`` [g, 4]; range [-1, 1]."""
     b = np.asarray(boxes).reshape(-1, 4)
@@ -68,7 +68,7 @@ def heuristic_reward(boxes: np.ndarray, gt: np.ndarray, size: int = 96) -> float
 
 
 def found_digits(boxes: np.ndarray, preds: np.ndarray, gt: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Which GT digits are read correctly: digit ``d`` is found when some box covers at least half
+    """Eq. (active-o3-eq-reward), inside r_task: which GT digits are read correctly: digit ``d`` is found when some box covers at least half
     of it and the task model's answer on that box's crop is ``labels[d]``. Returns [g] bool."""
     b = np.asarray(boxes).reshape(-1, 4)
     if len(gt) == 0:
@@ -79,7 +79,7 @@ def found_digits(boxes: np.ndarray, preds: np.ndarray, gt: np.ndarray, labels: n
 
 
 def task_reward(boxes: np.ndarray, preds: np.ndarray, gt: np.ndarray, labels: np.ndarray) -> float:
-    """§3.2 task reward: the share of GT digits the frozen task model reads correctly (recall)."""
+    """Eq. (active-o3-eq-reward), r_task: the share of GT digits the frozen task model reads correctly (recall)."""
     f = found_digits(boxes, preds, gt, labels)
     return float(f.mean()) if f.size else 0.0
 

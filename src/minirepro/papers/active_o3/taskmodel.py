@@ -19,7 +19,7 @@ N_CLASSES = 11
 
 
 def crop_resize(images: torch.Tensor, index: torch.Tensor, boxes: torch.Tensor, out: int = CROP) -> torch.Tensor:
-    """§3 ResizeCrop(I, box): crops of ``images[index[j]]`` at ``boxes[j]``, resized to ``out`` x ``out``.
+    """Eq. (active-o3-eq-objective), o_k = ResizeCrop(I, b_k): crops of ``images[index[j]]`` at ``boxes[j]``, resized to ``out`` x ``out``.
 
     Args:
         images: [N, H, W] float images.
@@ -68,7 +68,7 @@ class TaskCNN(nn.Module):
 
 @torch.no_grad()
 def predict(model: nn.Module, crops: torch.Tensor, batch: int = 1024, digits_only: bool = False) -> torch.Tensor:
-    """The task model's answer per crop, [J, 24, 24] -> [J] long (argmax; over 0-9 only if ``digits_only``)."""
+    """Eq. (active-o3-eq-objective), M_A(o_k): the task model's answer per crop, [J, 24, 24] -> [J] long (argmax; over 0-9 only if ``digits_only``)."""
     outs = []
     for i in range(0, crops.shape[0], batch):
         logits = model(crops[i:i + batch])
