@@ -27,7 +27,7 @@ from minirepro.papers.tasm.data import FORMATS, GRID, ITEM, N_PATCH
 from minirepro.papers.tasm.model import KV, ICLTransformer, Prefill, attend, token_layout
 
 SPREAD_FORMAT = "label-first"  # the variant's demonstration order: label, then the image's patches
-SPREAD_ARCH = {"n_way": 5, "d": 64, "heads": 4, "layers": 3, "mlp": 128, "local": 2}
+SPREAD_ARCH = {"n_way": 5, "d": 64, "heads": 4, "layers": 3, "mlp": 128, "local": 1}
 
 
 def local_item_mask(n_items: int, fmt: str, radius: int, query_last: bool) -> torch.Tensor:
@@ -64,12 +64,13 @@ def local_item_mask(n_items: int, fmt: str, radius: int, query_last: bool) -> to
 
 
 class SpreadICLTransformer(ICLTransformer):
-    """[reconstruction] The chapter's learner with a local per-image encoder for the
-    demonstrations (:func:`local_item_mask`): in the first encoder layer a demonstration patch
-    sees its ``radius`` neighbourhood and its label; in any further encoder layer (``local`` > 1)
-    only itself and its label, so the receptive field stays one window. The later layers are
-    causal over the whole sequence, as in :class:`~minirepro.papers.tasm.model.ICLTransformer`.
-    Use it with the label-first format."""
+    """[reconstruction] The chapter's learner with local demonstrations
+    (:func:`local_item_mask`): in layer 0 a demonstration patch sees its ``radius`` window and
+    its label, in every later layer only its label (and itself), and no demonstration token ever
+    sees another item, so every cached key and value holds one window of one image. The query
+    sees its own image within itself in the first ``local`` layers and everything before it in
+    the later layers, as in :class:`~minirepro.papers.tasm.model.ICLTransformer`. Use it with
+    the label-first format."""
 
     def __init__(self, radius: int = 1, fmt: str = SPREAD_FORMAT, **arch) -> None:
         super().__init__(**arch)
@@ -77,13 +78,21 @@ class SpreadICLTransformer(ICLTransformer):
 
     def layer_masks(self, T: int, query_last: bool = False) -> list[torch.Tensor]:
         """The attention mask (T, T) of every layer; T must be a whole number of items (the
-        label-first query is one 17-token item)."""
+        label-first query is one 17-token item). Demonstration rows: the ``radius`` window and
+        the label in layer 0, only the label (and themselves) in every later layer, never another
+        item. Query rows (``query_last``): causal within the query in the first ``local`` layers,
+        causal over the whole sequence after them."""
         if T % ITEM:
             raise ValueError(f"the spread learner needs whole items of {ITEM} tokens, got T = {T}")
         causal = torch.ones(T, T, dtype=torch.bool).tril()
-        first = local_item_mask(T // ITEM, self.fmt, self.radius, query_last)
-        inner = local_item_mask(T // ITEM, self.fmt, 0, query_last)
-        return [first if li == 0 else inner if li < self.local else causal for li in range(len(self.blocks))]
+        q = torch.arange(T) // ITEM == T // ITEM - 1
+        out = []
+        for li in range(len(self.blocks)):
+            m = local_item_mask(T // ITEM, self.fmt, self.radius if li == 0 else 0, query_last)
+            if query_last and li >= self.local:
+                m[q] = causal[q]
+            out.append(m)
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Plain forward over demonstrations plus the query (B, T, d) -> hidden states (training)."""

@@ -35,7 +35,7 @@ class SpreadRecipe:
     aux: float = 0.5
     radius: int = 1
     layers: int = 3
-    local: int = 2
+    local: int = 1
     eval_episodes: int = 500
     seed: int = 0
 
