@@ -470,25 +470,10 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
     Returns:
         The sweep folder.
     """
-    from joblib import Parallel, delayed
-
     root = (root or repo_root()).resolve()
     chapter = get(name, root)
-    combos = expand_grid(grid)
-    for combo in combos:  # validate everything before running anything
-        checked = dict(combo)
-        if scale is not None:
-            checked["scale"] = scale
-        chapter.validate(checked)
-    # converted, path parameters made absolute (the runs may execute elsewhere)
-    grid = {k: [chapter.validate({k: v})[k] for v in vs] for k, vs in grid.items()}
-    combos = expand_grid(grid)
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ChapterError(f"-j must be at least 1, got {show(jobs)}")
-    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
-        raise ChapterError(f"--timeout must be a positive number of seconds, got {show(timeout)}")
-    if metric is not None:
-        check_metric(chapter, metric, root)
+    grid, combos = _checked_grid(chapter, grid, scale)
+    _check_sweep_options(chapter, jobs, timeout, metric, root)
     runs_dir = check_runs_dir(runs_dir) if runs_dir is not None else None
     base = check_runs_dir(runs_dir or root / "runs").resolve() / chapter.name
     known = set(base.glob(".incomplete-*")) if base.is_dir() else set()
@@ -499,29 +484,67 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
             if scheduler is not None:
                 rows = sweep_dask(chapter, combos, scale, scheduler, base, root, timeout=timeout)
             else:
-                rows = Parallel(n_jobs=jobs, backend=backend)(
-                    delayed(_sweep_one)(chapter.name, combo, scale, runs_dir, root)
-                    for combo in combos)
+                rows = _sweep_joblib(chapter, combos, jobs, backend, scale, runs_dir, root)
     except KeyboardInterrupt as exc:  # the workers (and their kernels) were killed: say so
-        sig = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
-        reason = (f"the sweep was interrupted ({sig}) after {time.perf_counter() - t0:.1f} s; "
-                  f"this run did not finish")
-        with _signals_ignored():
-            if base.is_dir():
-                mark_abandoned(base, chapter, known, reason)
-                # a worker may have marked its own run FAILED first (its kernel died with the
-                # sweep): its error.txt then says why the kernel died, so say the cause first
-                for folder in set(base.glob("*-FAILED")) - failed_before:
-                    note = folder / "error.txt"
-                    with contextlib.suppress(OSError):
-                        old = note.read_text(encoding="utf-8") if note.exists() else ""
-                        if reason not in old:
-                            note.write_text(f"{reason}\n{old}", encoding="utf-8")
+        _mark_interrupted_sweep(exc, time.perf_counter() - t0, base, chapter, known, failed_before)
         raise
     folder = base / f"sweep-{make_run_id({'grid': grid, 'scale': scale})}"
     folder.mkdir(parents=True)
     write_summary(folder, rows, list(grid), metric)
     return folder
+
+
+def _checked_grid(chapter: Chapter, grid: dict[str, list[Any]], scale: str | None
+                  ) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
+    """Validate every combination before running any; the grid converted, and its combinations."""
+    for combo in expand_grid(grid):  # validate everything before running anything
+        checked = dict(combo)
+        if scale is not None:
+            checked["scale"] = scale
+        chapter.validate(checked)
+    # converted, path parameters made absolute (the runs may execute elsewhere)
+    grid = {k: [chapter.validate({k: v})[k] for v in vs] for k, vs in grid.items()}
+    return grid, expand_grid(grid)
+
+
+def _check_sweep_options(chapter: Chapter, jobs: int, timeout: float | None, metric: str | None,
+                         root: Path) -> None:
+    """Refuse a bad job count, timeout or metric name before anything runs."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ChapterError(f"-j must be at least 1, got {show(jobs)}")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+        raise ChapterError(f"--timeout must be a positive number of seconds, got {show(timeout)}")
+    if metric is not None:
+        check_metric(chapter, metric, root)
+
+
+def _sweep_joblib(chapter: Chapter, combos: list[dict[str, Any]], jobs: int, backend: str,
+                  scale: str | None, runs_dir: Path | None, root: Path) -> list[dict[str, Any]]:
+    """Run the combinations through joblib (``backend``), one record per run."""
+    from joblib import Parallel, delayed
+
+    return Parallel(n_jobs=jobs, backend=backend)(
+        delayed(_sweep_one)(chapter.name, combo, scale, runs_dir, root)
+        for combo in combos)
+
+
+def _mark_interrupted_sweep(exc: KeyboardInterrupt, elapsed: float, base: Path, chapter: Chapter,
+                            known: set[Path], failed_before: set[Path]) -> None:
+    """After Ctrl-C or a stop signal: mark the unfinished runs abandoned and say why in the FAILED ones."""
+    sig = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
+    reason = (f"the sweep was interrupted ({sig}) after {elapsed:.1f} s; "
+              f"this run did not finish")
+    with _signals_ignored():
+        if base.is_dir():
+            mark_abandoned(base, chapter, known, reason)
+            # a worker may have marked its own run FAILED first (its kernel died with the
+            # sweep): its error.txt then says why the kernel died, so say the cause first
+            for folder in set(base.glob("*-FAILED")) - failed_before:
+                note = folder / "error.txt"
+                with contextlib.suppress(OSError):
+                    old = note.read_text(encoding="utf-8") if note.exists() else ""
+                    if reason not in old:
+                        note.write_text(f"{reason}\n{old}", encoding="utf-8")
 
 
 def _pack(folder: Path) -> bytes:
@@ -586,9 +609,38 @@ def sweep_dask(chapter: Chapter, combos: list[dict[str, Any]], scale: str | None
     seconds, is reported FAILED with a local folder saying why, never dropped.
     """
     try:
-        from distributed import Client, LocalCluster, as_completed
+        from distributed import Client, as_completed
     except ImportError as exc:
         raise ChapterError("--scheduler needs the cluster extra: pip install 'minirepro[cluster]'") from exc
+
+    cluster, address, worker_root = _dask_scheduler(scheduler, root)
+    local_sha = hashlib.sha256(chapter.path.read_bytes()).hexdigest()[:12]
+    rows: list[dict[str, Any] | None] = [None] * len(combos)
+    try:
+        with Client(address, timeout="30s") as client:
+            futures = {client.submit(_remote_one, chapter.name, combo, scale, worker_root,
+                                     pure=False, key=f"{chapter.name}-{i}-{make_run_id(combo)}"): i
+                       for i, combo in enumerate(combos)}
+            done = as_completed(list(futures), with_results=False, timeout=timeout)
+            try:
+                for fut in done:
+                    rows[futures[fut]] = _dask_row(fut, combos[futures[fut]], base, local_sha)
+            except TimeoutError:
+                pass
+            for fut, i in futures.items():
+                if rows[i] is None:
+                    fut.cancel()
+                    rows[i] = _lost_run(base, combos[i], f"not finished within the sweep's "
+                                                         f"timeout of {timeout} s")
+    finally:
+        if cluster is not None:
+            cluster.close()
+    return [r for r in rows if r is not None]
+
+
+def _dask_scheduler(scheduler: str, root: Path) -> tuple[Any, str, str | None]:
+    """``(cluster, address, worker_root)`` for ``--scheduler``; ``local:N`` starts a LocalCluster here."""
+    from distributed import LocalCluster
 
     cluster = None
     if scheduler.startswith("local:"):
@@ -605,41 +657,23 @@ def sweep_dask(chapter: Chapter, combos: list[dict[str, Any]], scale: str | None
         address, worker_root = scheduler, None
     else:
         raise ChapterError(f"--scheduler expects tcp://HOST:PORT or local:N, got {scheduler!r}")
-    local_sha = hashlib.sha256(chapter.path.read_bytes()).hexdigest()[:12]
-    rows: list[dict[str, Any] | None] = [None] * len(combos)
+    return cluster, address, worker_root
+
+
+def _dask_row(fut: Any, params: dict[str, Any], base: Path, local_sha: str) -> dict[str, Any]:
+    """A finished future's record, its run folder unpacked under ``base`` (a lost run if it failed)."""
     try:
-        with Client(address, timeout="30s") as client:
-            futures = {client.submit(_remote_one, chapter.name, combo, scale, worker_root,
-                                     pure=False, key=f"{chapter.name}-{i}-{make_run_id(combo)}"): i
-                       for i, combo in enumerate(combos)}
-            done = as_completed(list(futures), with_results=False, timeout=timeout)
-            try:
-                for fut in done:
-                    i = futures[fut]
-                    try:
-                        row = fut.result()
-                    except Exception as exc:  # the worker died too often, or the task raised
-                        rows[i] = _lost_run(base, combos[i], f"the run was lost on the cluster: "
-                                                             f"{type(exc).__name__}: {exc}")
-                        continue
-                    folder = _unpack(row.pop("payload"), base)
-                    row["folder"] = str(folder)
-                    if row.get("notebook_sha") != local_sha:
-                        row["warning"] = (f"the worker on {row.get('host')} ran another version of "
-                                          f"the notebook ({row.get('notebook_sha')} here {local_sha})")
-                        print(f"minirepro: {row['warning']}", file=sys.stderr)
-                    rows[i] = row
-            except TimeoutError:
-                pass
-            for fut, i in futures.items():
-                if rows[i] is None:
-                    fut.cancel()
-                    rows[i] = _lost_run(base, combos[i], f"not finished within the sweep's "
-                                                         f"timeout of {timeout} s")
-    finally:
-        if cluster is not None:
-            cluster.close()
-    return [r for r in rows if r is not None]
+        row = fut.result()
+    except Exception as exc:  # the worker died too often, or the task raised
+        return _lost_run(base, params, f"the run was lost on the cluster: "
+                                       f"{type(exc).__name__}: {exc}")
+    folder = _unpack(row.pop("payload"), base)
+    row["folder"] = str(folder)
+    if row.get("notebook_sha") != local_sha:
+        row["warning"] = (f"the worker on {row.get('host')} ran another version of "
+                          f"the notebook ({row.get('notebook_sha')} here {local_sha})")
+        print(f"minirepro: {row['warning']}", file=sys.stderr)
+    return row
 
 
 def known_metrics(chapter: Chapter, root: Path | None = None) -> set[str] | None:
