@@ -145,12 +145,7 @@ def preexecute(root: Path, cache_path: Path, env: dict[str, str], jobs: int,
     Raises:
         RuntimeError: a notebook raised; its traceback is in ``report_dir``.
     """
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    import nbformat
     from jupyter_cache import get_cache
-    from jupyter_cache.base import CacheBundleIn
 
     md_config = _md_config(root)
     exts = sorted(md_config.enable_extensions)
@@ -160,46 +155,14 @@ def preexecute(root: Path, cache_path: Path, env: dict[str, str], jobs: int,
     failed = []
     t0 = time.perf_counter()
     for phase in (chapters, front):
-        todo = []
         # The front matter (the ledger) reads what the chapters computed in this build:
         # when any chapter ran, it runs again even if its own cells are cached.
         rerun = phase is front and any(e.get("status") == "executed"
                                        for e in record["notebooks"].values())
-        for path in phase:
-            if rerun:
-                todo.append(path)
-                continue
-            try:
-                cache.match_cache_notebook(read_notebook(path, md_config))
-                record["notebooks"][str(path.relative_to(root))] = {"status": "cached"}
-            except KeyError:
-                todo.append(path)
+        todo = _not_cached(phase, rerun, cache, md_config, root, record)
         if not todo:
             continue
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
-            futures = [pool.submit(_execute_one, str(p), env, timeout, exts) for p in todo]
-            for fut in futures:
-                res = fut.result()
-                rel = str(Path(res["path"]).relative_to(root))
-                entry = {k: res[k] for k in ("seconds", "started", "ended")}
-                if res["error"] is not None:
-                    entry["status"] = "failed"
-                    failed.append(rel)
-                    if report_dir is not None:
-                        report_dir.mkdir(parents=True, exist_ok=True)
-                        log = report_dir / (rel.replace("/", "_") + ".err.log")
-                        log.write_text(res["error"], encoding="utf-8")
-                        entry["report"] = str(log)
-                    print(f"minirepro book: {rel} failed", flush=True)
-                else:
-                    nb = nbformat.reads(res["notebook"], as_version=4)
-                    cache.cache_notebook_bundle(
-                        CacheBundleIn(nb, res["path"], data={"execution_seconds": res["seconds"]}),
-                        check_validity=False, overwrite=True)
-                    entry["status"] = "executed"
-                    print(f"minirepro book: executed {rel} in {res['seconds']:.1f} s", flush=True)
-                record["notebooks"][rel] = entry
+        _execute_phase(todo, root, cache, env, jobs, timeout, exts, report_dir, record, failed)
         if failed:
             break  # the front matter runs only after every chapter succeeded
     record["seconds"] = round(time.perf_counter() - t0, 2)
@@ -207,6 +170,64 @@ def preexecute(root: Path, cache_path: Path, env: dict[str, str], jobs: int,
         where = f"; tracebacks in {report_dir}" if report_dir is not None else ""
         raise RuntimeError(f"the book build failed: {', '.join(failed)} raised during execution{where}")
     return record
+
+
+def _not_cached(phase: list[Path], rerun: bool, cache: Any, md_config: Any, root: Path,
+                record: dict[str, Any]) -> list[Path]:
+    """The notebooks of ``phase`` to execute (all if ``rerun``); the cached ones are recorded."""
+    todo = []
+    for path in phase:
+        if rerun:
+            todo.append(path)
+            continue
+        try:
+            cache.match_cache_notebook(read_notebook(path, md_config))
+            record["notebooks"][str(path.relative_to(root))] = {"status": "cached"}
+        except KeyError:
+            todo.append(path)
+    return todo
+
+
+def _execute_phase(todo: list[Path], root: Path, cache: Any, env: dict[str, str], jobs: int,
+                   timeout: int, exts: list[str], report_dir: Path | None,
+                   record: dict[str, Any], failed: list[str]) -> None:
+    """Execute ``todo`` in a pool of spawned processes; record, cache or report each result."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
+        futures = [pool.submit(_execute_one, str(p), env, timeout, exts) for p in todo]
+        for fut in futures:
+            res = fut.result()
+            rel = str(Path(res["path"]).relative_to(root))
+            record["notebooks"][rel] = _executed_entry(res, rel, cache, report_dir, failed)
+
+
+def _executed_entry(res: dict[str, Any], rel: str, cache: Any, report_dir: Path | None,
+                    failed: list[str]) -> dict[str, Any]:
+    """One executed notebook's record entry: cached if it ran, its traceback reported if it failed."""
+    import nbformat
+    from jupyter_cache.base import CacheBundleIn
+
+    entry = {k: res[k] for k in ("seconds", "started", "ended")}
+    if res["error"] is not None:
+        entry["status"] = "failed"
+        failed.append(rel)
+        if report_dir is not None:
+            report_dir.mkdir(parents=True, exist_ok=True)
+            log = report_dir / (rel.replace("/", "_") + ".err.log")
+            log.write_text(res["error"], encoding="utf-8")
+            entry["report"] = str(log)
+        print(f"minirepro book: {rel} failed", flush=True)
+    else:
+        nb = nbformat.reads(res["notebook"], as_version=4)
+        cache.cache_notebook_bundle(
+            CacheBundleIn(nb, res["path"], data={"execution_seconds": res["seconds"]}),
+            check_validity=False, overwrite=True)
+        entry["status"] = "executed"
+        print(f"minirepro book: executed {rel} in {res['seconds']:.1f} s", flush=True)
+    return entry
 
 
 def apply_repository(config: dict[str, Any], url: str | None = None) -> dict[str, Any]:
@@ -251,6 +272,26 @@ def build(scale: str | None = None, root: Path | None = None, strict: bool = Tru
     root = (root or repo_root()).resolve()
     scale = resolve_scale(scale)
     out = root / "_build" / scale
+    cache = _current_cache(root, scale)
+    derived = _derived_config(root, out, cache, timeout)
+    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(root),
+           "--config", str(derived), "--path-output", str(out), "--keep-going"]
+    if strict:
+        cmd += ["-W", "-n"]
+    env = _build_env(root, out, scale, cache)
+    if jobs is None:
+        jobs = default_jobs(sum(map(len, executable_notebooks(root))))
+    if jobs < 0:
+        raise ValueError(f"-j must be 0 or more, got {jobs}")
+    if jobs > 0:
+        record = preexecute(root, cache, env, jobs, timeout, report_dir=out / "reports")
+        (out / "execution.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    returncode = _run_sphinx(cmd, root, env, out)
+    return _built_index(out, returncode)
+
+
+def _current_cache(root: Path, scale: str) -> Path:
+    """The execution cache of this scale and these inputs; the scale's older caches are removed."""
     cache_root = root / "_build" / ".jupyter_cache"
     key = f"{scale}-{inputs_hash(root)}"
     cache = cache_root / key
@@ -258,6 +299,11 @@ def build(scale: str | None = None, root: Path | None = None, strict: bool = Tru
         for old in cache_root.glob(f"{scale}-*"):
             if old.name != key:
                 shutil.rmtree(old, ignore_errors=True)
+    return cache
+
+
+def _derived_config(root: Path, out: Path, cache: Path, timeout: int) -> Path:
+    """Write ``_config.yml`` with this build's repository, cache and timeout to ``out``; its path."""
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     apply_repository(config, os.environ.get("MINIREPRO_REPO_URL"))
     local = (config.get("sphinx") or {}).get("local_extensions") or {}
@@ -269,10 +315,11 @@ def build(scale: str | None = None, root: Path | None = None, strict: bool = Tru
     out.mkdir(parents=True, exist_ok=True)
     derived = out / "_config.derived.yml"
     derived.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(root),
-           "--config", str(derived), "--path-output", str(out), "--keep-going"]
-    if strict:
-        cmd += ["-W", "-n"]
+    return derived
+
+
+def _build_env(root: Path, out: Path, scale: str, cache: Path) -> dict[str, str]:
+    """The kernels' environment: the scale, no progress bars, and this build's results folder."""
     env = dict(os.environ, MINIREPRO_SCALE=scale, TQDM_DISABLE="1",
                PYTHONHASHSEED="0", MINIREPRO_ROOT=str(root))
     env.pop("MINIREPRO_RESULTS", None)
@@ -285,13 +332,11 @@ def build(scale: str | None = None, root: Path | None = None, strict: bool = Tru
     results_dir.mkdir(parents=True, exist_ok=True)
     env["MINIREPRO_RESULTS_DIR"] = str(results_dir)
     env.pop("MINIREPRO_FIGDIR", None)
-    if jobs is None:
-        jobs = default_jobs(sum(map(len, executable_notebooks(root))))
-    if jobs < 0:
-        raise ValueError(f"-j must be 0 or more, got {jobs}")
-    if jobs > 0:
-        record = preexecute(root, cache, env, jobs, timeout, report_dir=out / "reports")
-        (out / "execution.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return env
+
+
+def _run_sphinx(cmd: list[str], root: Path, env: dict[str, str], out: Path) -> int:
+    """Run ``jupyter-book build``, its output both shown and kept in ``build.log``; its exit code."""
     t0 = time.perf_counter()
     with open(out / "build.log", "w", encoding="utf-8") as log:
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE,
@@ -302,10 +347,15 @@ def build(scale: str | None = None, root: Path | None = None, strict: bool = Tru
             log.write(line)
         proc.wait()
     print(f"minirepro book: Sphinx took {time.perf_counter() - t0:.1f} s", flush=True)
+    return proc.returncode
+
+
+def _built_index(out: Path, returncode: int) -> Path:
+    """The built ``index.html``; raise, naming the execution reports, if the build failed."""
     index = out / "_build" / "html" / "index.html"
     reports = sorted((out / "_build" / "html" / "reports").glob("**/*.err.log")) \
         if (out / "_build" / "html" / "reports").exists() else []
-    if proc.returncode != 0 or not index.exists():
+    if returncode != 0 or not index.exists():
         where = "; execution reports: " + ", ".join(str(r) for r in reports) if reports else ""
-        raise RuntimeError(f"the book build failed (exit {proc.returncode}){where}")
+        raise RuntimeError(f"the book build failed (exit {returncode}){where}")
     return index
