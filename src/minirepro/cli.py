@@ -248,7 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
                                 metavar="{list,run,sweep,claims,goldens,book,bench,artifacts,arena,"
                                         "conservationbench}")
+    _add_run_commands(sub)
+    _add_ledger_commands(sub)
+    _add_build_commands(sub)
+    _add_app_commands(sub)
+    return parser
 
+
+def _add_run_commands(sub: argparse._SubParsersAction) -> None:
+    """``list``, ``run`` and ``sweep``: the chapters, one run of a chapter, a grid of runs."""
     p = sub.add_parser("list", help="chapters, their parameters and defaults")
     p.add_argument("chapter", nargs="?", help="one chapter, with its parameters' preset values")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -278,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="with --scheduler: report runs not done by then as FAILED")
             p.set_defaults(func=_cmd_sweep)
 
+
+def _add_ledger_commands(sub: argparse._SubParsersAction) -> None:
+    """``claims`` and ``goldens``: the claims ledger and the smoke-scale goldens."""
     p = sub.add_parser("claims", help="the claims ledger")
     p.add_argument("--format", choices=("md", "csv", "json"), default="md")
     p.add_argument("--update", nargs="*", metavar="CHAPTER",
@@ -294,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("chapters", nargs="*", metavar="CHAPTER", help="chapters (default: all)")
     p.set_defaults(func=_cmd_goldens)
 
+
+def _add_build_commands(sub: argparse._SubParsersAction) -> None:
+    """``book``, ``bench`` and ``artifacts``: the whole book, its timings, its trained models."""
     p = sub.add_parser("book", help="build the whole book")
     p.add_argument("--scale", choices=SCALES, help="default: MINIREPRO_SCALE or book")
     p.add_argument("--no-strict", action="store_true", help="do not treat warnings as errors")
@@ -319,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("name", nargs="?", help="one artifact (default: all)")
     p.set_defaults(func=_cmd_artifacts)
 
+
+def _add_app_commands(sub: argparse._SubParsersAction) -> None:
+    """``arena`` and ``conservationbench``: apps that parse their own options."""
     p = sub.add_parser("arena", help="the SpreadsheetArena web app (serve, export)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_arena)
@@ -327,7 +344,6 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_conservationbench)
-    return parser
 
 
 def _cmd_arena(args) -> int:
