@@ -76,6 +76,17 @@ class SpreadICLTransformer(ICLTransformer):
         super().__init__(**arch)
         self.radius, self.fmt = radius, fmt
 
+    def embed_items(self, patches: torch.Tensor, labels: torch.Tensor, fmt: str) -> torch.Tensor:
+        """Items (B, D, 16, 4) with labels (B, D) -> tokens (B, 17 D, d), as the ordinary learner
+        embeds them, plus the demonstration's label embedding on each of its patch tokens (every
+        patch token is tagged with its answer, so no token has to gather it)."""
+        x = super().embed_items(patches, labels, fmt)
+        B, D = labels.shape
+        lab_slot = 0 if fmt == "label-first" else N_PATCH
+        on_patch = (torch.arange(ITEM) != lab_slot).float()[None, None, :, None]
+        tag = self.lab(labels)[:, :, None] * on_patch
+        return x + tag.reshape(B, D * ITEM, -1)
+
     def layer_masks(self, T: int, query_last: bool = False) -> list[torch.Tensor]:
         """The attention mask (T, T) of every layer; T must be a whole number of items (the
         label-first query is one 17-token item). Demonstration rows: the ``radius`` window and

@@ -29,7 +29,7 @@ class SpreadRecipe:
 
     n_way: int = 5
     k_shot: int = 1
-    steps: int = 3000
+    steps: int = 2500
     batch: int = 32
     lr: float = 2e-3
     aux: float = 0.5

@@ -1,0 +1,148 @@
+"""The conventions every paper package follows (README, "Adding a chapter"), enforced.
+
+- Paper anchors: each package names its ``METHOD_MODULES`` (the modules that implement
+  the paper's steps: the method, its ablations, the baselines it defines). Every public
+  function and class there says on its docstring's first line which equation, algorithm
+  or section it implements, or that it is a reconstruction. An equation anchor names an
+  equation the chapter's page labels, and the page cites every labelled equation.
+- Parameters are the config: every notebook parameter except ``scale`` and the seeds is
+  a field of the package's ``Config`` (built by ``Config.from_params(globals())``) or
+  one of its ``VIEW_PARAMETERS`` (which choose what the page shows, not what is run).
+- One naming scheme: ``Config``, ``run_experiment``, figures ``plots.plot_*``.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from minirepro import chapters
+from minirepro.chapters import is_seed_name
+
+ROOT = Path(__file__).resolve().parents[2]
+PAPERS = ROOT / "src" / "minirepro" / "papers"
+
+# Eq. (label) / Eqs. (label, label) / Alg. 1 / Alg. (name) / §3.2 / Thm 3 / App. C.3 /
+# [reconstruction]. An equation is named by its label on the page, never by a bare number:
+# the notes rarely give the paper's numbering, and a label is checked.
+ANCHOR = re.compile(r"Eqs?\. \([^)]+\)|Alg\. ?[\w(]|§\s?\d|Thm \d|App\. [A-Z]|\[reconstruction")
+EQ_REF = re.compile(r"Eqs?\. \(([^)]+)\)")
+
+
+def _chapter_of_package() -> dict[str, chapters.Chapter]:
+    found = {}
+    for ch in chapters.discover(ROOT):
+        text = ch.path.read_text(encoding="utf-8")
+        for pkg in re.findall(r"from minirepro\.papers(?:\.| import )(\w+)", text):
+            if (PAPERS / pkg).is_dir():
+                found.setdefault(pkg, ch)
+    return found
+
+
+CHAPTER_OF = _chapter_of_package()
+PACKAGES = sorted(CHAPTER_OF)
+
+
+def _public_defs(path: Path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            yield node
+
+
+def _first_line(node) -> str:
+    doc = (ast.get_docstring(node) or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
+def _labels(ch: chapters.Chapter) -> set[str]:
+    return set(re.findall(r":label:\s*(\S+)", ch.path.read_text(encoding="utf-8")))
+
+
+def test_every_paper_package_has_a_chapter():
+    packages = {p.name for p in PAPERS.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(PACKAGES), f"packages no chapter imports: {packages - set(PACKAGES)}"
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_method_modules_anchor_every_public_function_to_the_paper(pkg):
+    mod = importlib.import_module(f"minirepro.papers.{pkg}")
+    names = getattr(mod, "METHOD_MODULES", None)
+    assert names, f"minirepro.papers.{pkg} must name its METHOD_MODULES (README, 'Adding a chapter')"
+    missing = []
+    for name in names:
+        path = PAPERS / pkg / f"{name}.py"
+        assert path.is_file(), f"METHOD_MODULES names {name!r}, but there is no {path.name}"
+        missing += [f"{name}.{n.name}: {_first_line(n)!r}" for n in _public_defs(path)
+                    if not ANCHOR.search(_first_line(n))]
+    assert not missing, ("a docstring's first line must name its equation, algorithm or "
+                         "section, or say [reconstruction]:\n  " + "\n  ".join(missing))
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_equation_anchors_name_equations_the_page_labels(pkg):
+    labels = _labels(CHAPTER_OF[pkg])
+    unknown = []
+    for path in sorted((PAPERS / pkg).glob("*.py")):
+        for node in _public_defs(path):
+            for group in EQ_REF.findall(_first_line(node)):
+                for ref in (r.strip() for r in group.split(",")):
+                    if ref not in labels:
+                        unknown.append(f"{path.stem}.{node.name}: Eq. ({ref})")
+    assert not unknown, f"labels missing from {CHAPTER_OF[pkg].path.name}: {unknown}"
+
+
+@pytest.mark.parametrize("ch", chapters.discover(ROOT), ids=lambda c: c.name)
+def test_the_page_cites_every_equation_it_labels(ch):
+    text = ch.path.read_text(encoding="utf-8")
+    equations = {lab for lab in _labels(ch) if "-eq-" in lab}
+    assert equations, f"{ch.path.name} labels no equation (`:label: {ch.name}-eq-...`)"
+    uncited = sorted(lab for lab in equations if f"{{eq}}`{lab}`" not in text)
+    assert not uncited, f"{ch.path.name} labels but never cites ({{eq}}): {uncited}"
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_parameters_are_the_config(pkg):
+    ch = CHAPTER_OF[pkg]
+    mod = importlib.import_module(f"minirepro.papers.{pkg}")
+    assert hasattr(mod, "Config"), f"minirepro.papers.{pkg} must export its Config"
+    cfg = mod.Config
+    text = ch.path.read_text(encoding="utf-8")
+    assert "Config.from_params(globals())" in text, f"{ch.path.name}: build cfg with Config.from_params"
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    view = set(getattr(cfg, "VIEW_PARAMETERS", ()))
+    assert not (view & fields), f"VIEW_PARAMETERS that are also fields: {view & fields}"
+    stray = [p for p in ch.parameters
+             if p != "scale" and not is_seed_name(p) and p not in fields and p not in view]
+    assert not stray, (f"{ch.path.name}: parameters that are neither {pkg}.Config fields nor "
+                       f"VIEW_PARAMETERS: {stray}")
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_one_naming_scheme(pkg):
+    mod = importlib.import_module(f"minirepro.papers.{pkg}")
+    assert callable(getattr(mod, "run_experiment", None)), f"{pkg} must export run_experiment"
+    plots = PAPERS / pkg / "plots.py"
+    assert plots.is_file(), f"{pkg}: figures live in plots.py"
+    odd = [n.name for n in _public_defs(plots)
+           if isinstance(n, ast.FunctionDef) and n.name.endswith("_figure")]
+    assert not odd, f"{pkg}/plots.py: figure functions are named plot_*, not {odd}"
+
+
+def test_minirepro_list_shows_each_parameters_preset_values(capsys):
+    from minirepro.cli import main
+    from minirepro.papers import caffnet
+
+    assert main(["list", "caffnet", "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    n_seeds = entry["parameters"]["n_seeds"]
+    assert n_seeds["presets"] == {s: caffnet.Config.preset(s).n_seeds for s in ("smoke", "book", "full")}
+    assert "presets" not in entry["parameters"]["seed"]  # not a config field
+    assert main(["list", "caffnet"]) == 0
+    assert "presets: smoke 3, book 5, full 5" in capsys.readouterr().out
