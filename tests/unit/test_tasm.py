@@ -342,3 +342,59 @@ def test_spread_bad_input_raises():
         model.prefill(ep.demo_patches, ep.demo_labels, "image-first")
     with pytest.raises(ValueError, match="empty"):
         model.prefill(ep.demo_patches[:, :0], ep.demo_labels[:, :0], "label-first")
+
+
+def test_spread_patch_tokens_carry_their_label():
+    """Each demonstration patch token's input is the ordinary embedding plus its label's embedding."""
+    from minirepro.papers.tasm.spread import SpreadICLTransformer
+
+    torch.manual_seed(1)
+    model = SpreadICLTransformer(n_way=5, d=32, heads=2, layers=2)
+    ep = data.make_episodes(2, 5, 1, 5)
+    x = model.embed_items(ep.demo_patches, ep.demo_labels, "label-first").detach()
+    base = ICLTransformer.embed_items(model, ep.demo_patches, ep.demo_labels, "label-first").detach()
+    for b in range(2):
+        for d in range(5):
+            lab = model.lab.weight[int(ep.demo_labels[b, d])].detach()
+            item = slice(d * data.ITEM, (d + 1) * data.ITEM)
+            diff = x[b, item] - base[b, item]
+            assert torch.allclose(diff[0], torch.zeros_like(lab))  # the label token: unchanged
+            assert torch.allclose(diff[1:], lab.expand(data.N_PATCH, -1), atol=1e-6)
+
+
+def test_merge_minus_prune_is_the_paired_difference():
+    import pandas as pd
+
+    from minirepro.papers.tasm.plots import merge_minus_prune
+
+    rows = [{"format": "f", "ratio": 0.1, "seed": s, "method": m, "accuracy": a}
+            for s, accs in ((0, (0.5, 0.4, 0.3, 0.1)), (1, (0.6, 0.6, 0.2, 0.5)))
+            for m, a in zip(("TASM (static core)", "TASM (prune)", "ToMe", "H2O"), accs)]
+    d = merge_minus_prune(pd.DataFrame(rows)).set_index(["pair", "seed"]).difference
+    assert d[("TASM merge - prune", 0)] == pytest.approx(0.1)
+    assert d[("TASM merge - prune", 1)] == pytest.approx(0.0)
+    assert d[("ToMe - H2O", 0)] == pytest.approx(0.2)
+    assert d[("ToMe - H2O", 1)] == pytest.approx(-0.3)
+
+
+def test_committed_spread_learner_verifies_and_reads_its_demonstrations():
+    """The spread variant's weights match their checksums, give the manifest's held-out accuracy,
+    and score at chance when the demonstrations' labels are shuffled."""
+    import json
+
+    from minirepro.core import artifacts
+    from minirepro.papers.tasm.artifact import full_context_accuracy
+    from minirepro.papers.tasm.loading import SPREAD_NAME, load_spread_model
+
+    folder = artifacts.artifacts_root() / SPREAD_NAME
+    assert artifacts.file_problems(folder) == []
+    quality = json.loads((folder / "MANIFEST.json").read_text())["quality"]
+    model = load_spread_model(folder)
+    acc = full_context_accuracy(model, 500, 999, "label-first", 5, 1)
+    assert abs(acc - quality["held-out accuracy label-first"]) <= 0.01
+    assert acc > 0.5
+    ep = data.make_episodes(500, 5, 1, 999)
+    shuf = data.shuffle_labels(ep, 999)
+    pre = model.prefill(shuf.demo_patches, shuf.demo_labels, "label-first")
+    hit = model.answer(ep.query_patches, pre.kv, "label-first")[0].argmax(-1) == ep.query_label
+    assert float(hit.float().mean()) < 0.3
