@@ -341,3 +341,21 @@ def test_coverage_per_arena_and_crowd_config():
     cfg = E.Config.preset("smoke")
     assert cfg.crowd == voters.Crowd(cfg.n_voters, cfg.voter_spread)
     assert E.Config.preset("book").n_seeds >= 5
+
+
+def test_lr_test_counts_the_per_category_tau():
+    """The LR test of one (gamma, tau) shared by all categories has (C - 1)(F + 1) degrees of
+    freedom: a direct count of the two nested models' free parameters (strengths less one
+    anchor per category, F gammas and one tau per category, against one gamma and one tau)."""
+    from minirepro.papers.spreadsheet_arena import experiment as E
+
+    pool = voters.build_pool(prompts.make_prompts(1, seed=3), generators.default_generators())
+    vm = voters.default_voters()
+    df = voters.simulate_battles(pool, vm, 3000, np.random.default_rng(0))
+    st = E.style_control(pool, df, vm)
+    C, K, F = len(prompts.CATEGORIES), len(pool.generators), len(voters.VOTER_FEATURES)
+    full = C * ((K - 1) + F + 1)
+    restricted = C * (K - 1) + F + 1
+    assert [f.n_params for f in st.fits.values()] == [K - 1 + F + 1] * C
+    assert st.lr_df == full - restricted == (C - 1) * (F + 1)
+    assert st.lr_stat >= -1e-6  # nested models: the per-category fits never fit worse

@@ -154,8 +154,9 @@ def style_control(pool: Pool, df: pd.DataFrame, voters: VoterModel,
     """Feature-controlled Rao-Kupper per category, and a likelihood-ratio test of equal gamma.
 
     The restricted model keeps per-category strengths (one anchor per category) and
-    shares gamma across categories; LR = 2 (sum of per-category log-lik - restricted log-lik),
-    chi-square with (C - 1) F degrees of freedom.
+    shares gamma and the tie parameter tau across categories; LR = 2 (sum of per-category
+    log-lik - restricted log-lik), chi-square with (C - 1)(F + 1) degrees of freedom: the
+    per-category fits' free parameters minus the restricted fit's (counted from the fits).
     """
     fa, fb = battle_features(pool, df)
     a = pool.generators.index(ANCHOR)
@@ -171,7 +172,7 @@ def style_control(pool: Pool, df: pd.DataFrame, voters: VoterModel,
     restricted = R.fit_style_control(joint[keep], fa[keep], fb[keep], names,
                                      anchor=[i * k + a for i in range(len(categories))])
     lr = 2.0 * (sum(f.loglik for f in fits.values()) - restricted.loglik)
-    dof = (len(categories) - 1) * len(VOTER_FEATURES)
+    dof = sum(f.n_params for f in fits.values()) - restricted.n_params
     return StyleResult(fits, np.stack([fits[c].gamma for c in categories]),
                        np.stack([fits[c].gamma_se for c in categories]),
                        voters.gamma_matrix(categories), float(lr), dof, float(chi2.sf(lr, dof)))

@@ -217,6 +217,7 @@ class StyleFit:
     tau: float
     loglik: float
     n: int
+    n_params: int = 0  # free parameters fitted: free strengths + F gammas + tau
 
 
 def _rk_terms(d: np.ndarray, tau: float, y: np.ndarray):
@@ -299,7 +300,7 @@ def fit_style_control(df: pd.DataFrame, feats_a: np.ndarray, feats_b: np.ndarray
     nf = len(free)
     se = np.sqrt(np.clip(np.diag(cov)[nf:nf + X.shape[1]], 0, None))
     return StyleFit(models, b, theta[nf:-1], se, float(np.exp(theta[-1])), float(-nll),
-                    int(keep.sum()))
+                    int(keep.sum()), int(len(theta)))
 
 
 def _check_style_features(df: pd.DataFrame, feats_a, feats_b) -> tuple[np.ndarray, np.ndarray]:
