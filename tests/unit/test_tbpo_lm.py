@@ -304,3 +304,25 @@ def test_paired_aligns_values_by_seed():
     assert d["method"].tolist() == [3.0, 5.0] and d["baseline"].tolist() == [2.0, 1.0]
     with pytest.raises(ValueError, match="not in the table"):
         paired(frame, "reward", "TBPO-Q")
+
+
+def test_model_name_runs_a_saved_checkpoint_offline(lm, tmp_path, monkeypatch):
+    """A model saved with save_pretrained into a folder runs through the setting via model_name,
+    with the hub unreachable, and gives the same evaluations as the shipped model it copies."""
+    lm.model.save_pretrained(tmp_path)
+    lm.tokenizer.save_pretrained(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = _cfg(n_pairs=16, steps=2, n_eval=4, eval_every=2, n_prompts=2, model_name=str(tmp_path))
+    ex = S.run_lm_experiment(cfg, [3])
+    assert ex.sub.model_name == str(tmp_path)
+    assert sorted(ex.evals["step"].unique()) == [0, 2] and set(ex.evals["method"]) == set(cfg.methods)
+    shipped = S.run_lm_experiment(_cfg(n_pairs=16, steps=2, n_eval=4, eval_every=2, n_prompts=2), [3])
+    cols = ["reward", "kl_ref", "length"]
+    np.testing.assert_allclose(ex.evals[cols].to_numpy(), shipped.evals[cols].to_numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_model_name_is_a_config_field():
+    from minirepro.papers.tbpo import Config
+
+    assert Config.preset("smoke").model_name is None
+    assert S.LMSettingConfig.preset("smoke", model_name="/x").model_name == "/x"

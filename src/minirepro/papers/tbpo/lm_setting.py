@@ -39,6 +39,7 @@ class LMSettingConfig(ScaledConfig):
     """The LM setting: which shipped substrate model, the reward, the preference data, training."""
 
     substrate: str = "book"        # shipped v2 model used as the reference {smoke, book}
+    model_name: str | None = None  # a local checkpoint folder (or hub id) used instead of the shipped model
     topic: str = "ocean"           # reward topic (a key of corpus_v2.TOPICS)
     length_penalty: float = 0.2    # reward cost per generated word
     n_prompts: int = 5             # distinct corpus openings used as prompts
@@ -348,8 +349,12 @@ class LMExperiment:
 
 def run_lm_experiment(cfg: LMSettingConfig, seeds: list[int] | range) -> LMExperiment:
     """Load the shipped substrate (no training); for each seed draw preference pairs and train
-    every method of ``cfg.methods`` from the substrate model."""
-    sub = load_substrate(cfg.substrate)
+    every method of ``cfg.methods`` from the substrate model.
+
+    With ``cfg.model_name`` (a local checkpoint folder, or a hub id when online) that model and
+    its tokenizer replace the shipped ones (``load_substrate(..., model_name=...)``); the prompts
+    still come from the preset's corpus."""
+    sub = load_substrate(cfg.substrate, model_name=cfg.model_name)
     prompts = corpus_prompts(sub, cfg.n_prompts)
     prompt_ids = encode_prompts(sub.tokenizer, prompts)
     start = evaluate_lm(LMPolicy(sub.model), sub, prompt_ids, cfg)  # the reference itself

@@ -69,6 +69,7 @@ class Config(ScaledConfig):
     n_eval: int = 256            # rollouts / pi* prefixes per evaluation
     n_seeds: int = 5             # training seeds
     methods: tuple[str, ...] = ("DPO", "TDPO", "Bregman (KLIEP)", "TBPO-Q", "TBPO-A")
+    model_name: str | None = None  # LM setting only: a local checkpoint folder used instead of the shipped model
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         "smoke": {"n_pairs": 600, "fit_steps": 40, "steps": 20, "eval_every": 10,
