@@ -120,13 +120,20 @@ def is_formula(v: object) -> bool:
     return isinstance(v, str) and v.startswith("=") and len(v) > 1
 
 
-_REF = re.compile(r"^(?:(?P<sheet>'[^']+'|[^!]+)!)?(?P<rng>[A-Z]+\d+(?::[A-Z]+\d+)?)$")
+_REF = re.compile(r"^(?:(?P<sheet>'(?:[^']|'')+'|[^!]+)!)?"
+                  r"(?P<rng>[A-Z]+\d+(?::[A-Z]+\d+)?|[A-Z]+:[A-Z]+|\d+:\d+)$")
+MAX_RANGE_CELLS = 100_000  # cells one reference may read (whole columns/rows: the sheet's used part)
+
+# Defined names: ``{(scope, NAME): "reference or constant"}``; scope "" is the workbook,
+# otherwise the upper-case title of the sheet the name is local to.
+Names = dict[tuple[str, str], str]
 
 
 def evaluate(cells: dict[tuple[str, int, int], object], max_formulas: int = 5000,
              timeout_s: float = 5.0, max_formula_chars: int = MAX_FORMULA_CHARS,
              max_nesting: int = MAX_NESTING, memory_mb: int = MEMORY_MB,
-             isolate: bool = True) -> Evaluation:
+             isolate: bool = True, names: Names | None = None,
+             sheets: tuple[str, ...] | None = None) -> Evaluation:
     """Evaluate every formula in ``cells`` (``{(SHEET_UPPER, row, col): value or "=formula"}``).
 
     A formula ``formulas`` cannot parse or run counts as a ``#NAME?`` error (as in
@@ -137,6 +144,12 @@ def evaluate(cells: dict[tuple[str, int, int], object], max_formulas: int = 5000
     after ``timeout_s`` seconds, or when the evaluation needs more than ``memory_mb``
     MB. With ``isolate`` (the default) the evaluation runs in a worker process that is
     killed if it overruns; ``isolate=False`` runs it here, for trusted cells only.
+
+    ``names`` are the workbook's defined names (see ``Names``; a sheet-scoped name wins over
+    a workbook-scoped one of the same name in formulas on its sheet); a name that is neither
+    a reference nor a number gives ``#NAME?``. ``sheets`` are the workbook's sheet titles
+    (upper case; default: the sheets that hold cells): a reference to any other sheet gives
+    ``#REF!``. Whole columns and rows (``A:A``, ``1:1``) read the sheet's used extent.
     """
     if min(max_formulas, max_formula_chars, max_nesting, memory_mb) < 1 or not timeout_s > 0:
         raise ValueError("max_formulas, max_formula_chars, max_nesting and memory_mb must be >= 1 "
@@ -149,19 +162,49 @@ def evaluate(cells: dict[tuple[str, int, int], object], max_formulas: int = 5000
         why = formula_problem(cells[k], max_formula_chars, max_nesting)
         if why:
             return Evaluation({}, {}, False, f"{why} (cell {k[0]}!R{k[1]}C{k[2]}); nothing evaluated")
+    names = {(str(sc).upper(), str(n).upper()): str(t) for (sc, n), t in (names or {}).items()}
+    for (_, n), target in names.items():
+        why = formula_problem(target, max_formula_chars, max_nesting)
+        if why:
+            return Evaluation({}, {}, False, f"{why} (defined name {n}); nothing evaluated")
+    sheets = tuple(s.upper() for s in sheets) if sheets is not None else None
     if not isolate:
         with _INPROCESS_LOCK:
-            return evaluate_cells(cells, formulas_at, timeout_s)
+            return evaluate_cells(cells, formulas_at, timeout_s, names, sheets)
     from minirepro.papers.spreadsheet_arena.isolate import run_isolated
 
-    return run_isolated(cells, formulas_at, timeout_s, memory_mb)
+    return run_isolated(cells, formulas_at, timeout_s, memory_mb, names, sheets)
 
 
-def evaluate_cells(cells: dict, formulas_at: list, timeout_s: float) -> Evaluation:
+def _extents(cells: dict) -> dict[str, tuple[int, int]]:
+    """Per sheet, the largest row and column holding a cell (the used extent)."""
+    out: dict[str, tuple[int, int]] = {}
+    for sheet, r, c in cells:
+        mr, mc = out.get(sheet, (0, 0))
+        out[sheet] = (max(mr, r), max(mc, c))
+    return out
+
+
+def _bounds(rng: str, extent: tuple[int, int]) -> tuple[int, int, int, int]:
+    """``(c1, r1, c2, r2)`` of ``A1``, ``A1:B2``, ``A:B`` or ``1:2``, whole columns and rows
+    clipped to the sheet's used extent (an empty clip reads one blank cell)."""
+    c1, r1, c2, r2 = range_boundaries(rng)
+    if r1 is None:  # whole columns
+        r1, r2 = 1, max(1, extent[0])
+    if c1 is None:  # whole rows
+        c1, c2 = 1, max(1, extent[1])
+    return c1, r1, c2, r2
+
+
+def evaluate_cells(cells: dict, formulas_at: list, timeout_s: float, names: Names | None = None,
+                   sheets: tuple[str, ...] | None = None) -> Evaluation:
     """The evaluation itself, in this process: a walk over references with a soft deadline."""
     deadline = time.monotonic() + timeout_s
     values: dict[tuple[str, int, int], object] = {}
     active: set[tuple[str, int, int]] = set()
+    names = names or {}
+    known = set(sheets) if sheets is not None else {k[0] for k in cells}
+    extents = _extents(cells)
 
     def value_of(key: tuple[str, int, int]) -> object:
         v = cells.get(key)
@@ -169,18 +212,35 @@ def evaluate_cells(cells: dict, formulas_at: list, timeout_s: float) -> Evaluati
             return cell(key)
         return _to_input(v)
 
-    def fetch(name: str, sheet: str) -> object:
-        m = _REF.match(name.replace("$", ""))
+    def fetch(name: str, sheet: str, depth: int = 0) -> object:
+        m = _REF.match(name.replace("$", "").upper())
         if not m:
-            raise KeyError(name)
-        sheet = (m.group("sheet") or sheet).strip("'").upper()
-        c1, r1, c2, r2 = range_boundaries(m.group("rng"))
-        if (r2 - r1 + 1) * (c2 - c1 + 1) > 100_000:
+            target = names.get((sheet, name.upper()), names.get(("", name.upper())))
+            if target is None or depth > 0:  # an unknown name, or a name naming a name
+                raise KeyError(name)
+            return fetch_name(target, sheet)
+        ref_sheet = m.group("sheet")
+        ref_sheet = ref_sheet[1:-1].replace("''", "'") if ref_sheet and ref_sheet[0] == "'" else ref_sheet
+        sheet = (ref_sheet or sheet).upper()
+        if sheet not in known:
+            return XlError("#REF!")
+        c1, r1, c2, r2 = _bounds(m.group("rng"), extents.get(sheet, (0, 0)))
+        if (r2 - r1 + 1) * (c2 - c1 + 1) > MAX_RANGE_CELLS:
             raise KeyError(f"range {name} too large")
         if (r1, c1) == (r2, c2):
             return value_of((sheet, r1, c1))
         return np.array([[value_of((sheet, r, c)) for c in range(c1, c2 + 1)]
                          for r in range(r1, r2 + 1)], dtype=object)
+
+    def fetch_name(target: str, sheet: str) -> object:
+        t = target.strip().lstrip("=").strip()
+        try:
+            return float(t)
+        except ValueError:
+            pass
+        if t.upper().startswith("#REF!") or "!#REF!" in t.upper():
+            return XlError("#REF!")
+        return fetch(t, sheet, depth=1)
 
     def cell(key: tuple[str, int, int]) -> object:
         if key in values:

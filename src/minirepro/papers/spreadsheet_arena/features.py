@@ -241,6 +241,18 @@ def cell_map(wb: openpyxl.Workbook) -> dict[tuple[str, int, int], object]:
     return out
 
 
+def defined_names(wb: openpyxl.Workbook) -> dict[tuple[str, str], str]:
+    """The workbook's defined names, ``{(scope, NAME): target text}``: scope "" for
+    workbook-scoped names, the upper-case sheet title for sheet-scoped ones (which openpyxl
+    keeps in ``ws.defined_names``)."""
+    out = {("", str(n).upper()): str(d.attr_text) for n, d in wb.defined_names.items()
+           if d.attr_text is not None}
+    for ws in wb.worksheets:
+        out.update({(ws.title.upper(), str(n).upper()): str(d.attr_text)
+                    for n, d in getattr(ws, "defined_names", {}).items() if d.attr_text is not None})
+    return out
+
+
 def _rgb(font) -> str | None:
     rgb = getattr(getattr(font, "color", None), "rgb", None)
     return rgb.upper() if isinstance(rgb, str) else None
@@ -307,15 +319,18 @@ def _features(wb: openpyxl.Workbook, n_charts: int, ev: Evaluation) -> dict[str,
 _EVALS: dict[tuple, Evaluation] = {}
 
 
-def _evaluate_cached(key: str, limits: Limits, cells: dict) -> Evaluation:
-    """Evaluate once per distinct cell content: workbooks that differ only in styling share it."""
+def _evaluate_cached(key: str, limits: Limits, cells: dict, names: dict | None = None,
+                     sheets: tuple[str, ...] | None = None) -> Evaluation:
+    """Evaluate once per distinct cell content (with the same defined names and sheets):
+    workbooks that differ only in styling share it."""
     k = (key, limits.max_formulas, limits.eval_timeout_s, limits.max_formula_chars,
          limits.max_nesting, limits.eval_memory_mb)
     if k not in _EVALS:
         if len(_EVALS) > 8192:
             _EVALS.clear()
         _EVALS[k] = evaluate(cells, limits.max_formulas, limits.eval_timeout_s,
-                             limits.max_formula_chars, limits.max_nesting, limits.eval_memory_mb)
+                             limits.max_formula_chars, limits.max_nesting, limits.eval_memory_mb,
+                             names=names, sheets=sheets)
     return _EVALS[k]
 
 
@@ -328,8 +343,11 @@ def _cached(digest: str, data: bytes, limits: Limits) -> tuple[dict[str, float],
             why = is_formula(v) and formula_problem(v, limits.max_formula_chars, limits.max_nesting)
             if why:
                 raise WorkbookError(f"{why} (cell {k[0]}!R{k[1]}C{k[2]})"[:300])
-        key = hashlib.sha256(repr(sorted(cells.items())).encode()).hexdigest()
-        ev = _evaluate_cached(key, limits, cells)
+        names = defined_names(wb)
+        sheets = tuple(ws.title.upper() for ws in wb.worksheets)
+        key = hashlib.sha256(repr((sorted(cells.items()), sorted(names.items()), sheets)).encode()
+                             ).hexdigest()
+        ev = _evaluate_cached(key, limits, cells, names, sheets)
     else:
         ev = Evaluation({}, {}, False, "evaluation switched off")
     return _features(wb, n_charts, ev), ev

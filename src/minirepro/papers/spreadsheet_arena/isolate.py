@@ -117,12 +117,12 @@ def _serve(conn_in: Connection, conn_out: Connection) -> None:
     conn_out.send(("ready", None))
     while True:
         try:
-            cells, formulas_at, timeout_s, memory_mb = conn_in.recv()
+            cells, formulas_at, timeout_s, memory_mb, names, sheets = conn_in.recv()
         except (EOFError, OSError, KeyboardInterrupt):
             return
         try:
             cap = _cap_memory(base, memory_mb)
-            ev = evaluate_cells(cells, formulas_at, timeout_s)
+            ev = evaluate_cells(cells, formulas_at, timeout_s, names, sheets)
             if base and cap and _address_space("VmPeak") > cap - NEAR_CAP:
                 # The library turns a failed allocation inside a function into #VALUE!; a peak
                 # this close to the cap means an allocation was refused, so the values are not
@@ -233,8 +233,10 @@ def warm(n: int = MAX_IDLE) -> None:
         _checkin(_Worker())
 
 
-def run_isolated(cells: dict, formulas_at: list, timeout_s: float, memory_mb: int):
-    """Evaluate ``cells`` in a worker process; see the module docstring for the guarantees."""
+def run_isolated(cells: dict, formulas_at: list, timeout_s: float, memory_mb: int,
+                 names: dict | None = None, sheets: tuple[str, ...] | None = None):
+    """Evaluate ``cells`` (with the workbook's defined ``names`` and ``sheets``, see
+    :func:`.evaluate.evaluate`) in a worker process; see the module docstring for the guarantees."""
     from minirepro.papers.spreadsheet_arena.evaluate import Evaluation
 
     hard = GRACE_FACTOR * timeout_s + GRACE_S
@@ -247,7 +249,9 @@ def run_isolated(cells: dict, formulas_at: list, timeout_s: float, memory_mb: in
         except RuntimeError as exc:
             return Evaluation({}, {}, False, str(exc))
         try:
-            w.send_conn.send((plain, list(formulas_at), float(timeout_s), int(memory_mb)))
+            w.send_conn.send((plain, list(formulas_at), float(timeout_s), int(memory_mb),
+                              {k: str(v) for k, v in (names or {}).items()},
+                              None if sheets is None else tuple(map(str, sheets))))
             if not w.recv_conn.poll(hard):
                 w.close()
                 return Evaluation({}, {}, False, f"evaluation exceeded {timeout_s} s; its worker "
