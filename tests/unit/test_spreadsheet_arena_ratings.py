@@ -170,3 +170,35 @@ def test_style_control_gradient_and_bad_input():
     only_bad = df.assign(winner="both_bad")
     with pytest.raises(ValueError, match="both_bad"):
         R.fit_style_control(only_bad, xa, xb, NAMES[:3])
+
+
+def _prompt_battles(n_prompts: int, per_prompt: int, effect_sd: float, rng: np.random.Generator
+                    ) -> pd.DataFrame:
+    """BT votes in which every prompt shifts the strengths by its own N(0, effect_sd^2) draw."""
+    base = np.array([0.0, 0.4, 0.8, 1.2])
+    frames = []
+    for p in range(n_prompts):
+        df = _bt_battles(base + rng.normal(0, effect_sd, size=4), per_prompt, rng)
+        frames.append(df.assign(prompt_id=f"p{p}"))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_prompt_bootstrap_is_wider_when_prompts_share_effects():
+    """Battles of one prompt share its effect: resampling prompts sees that noise, resampling
+    battles does not. Without prompt effects the two agree."""
+    rng = np.random.default_rng(11)
+    widths = {}
+    for sd in (0.0, 0.8):
+        df = _prompt_battles(20, 200, sd, rng)
+        battle = R.bootstrap_bt(df, NAMES[:4], 400, rng)
+        prompt = R.bootstrap_bt_clustered(df, NAMES[:4], 400, rng)
+        widths[sd] = np.std(prompt[:, 1:], axis=0) / np.std(battle[:, 1:], axis=0)
+    assert np.all(widths[0.8] > 1.5), widths
+    assert np.all((widths[0.0] > 0.75) & (widths[0.0] < 1.33)), widths
+    # one cluster per battle is the battle bootstrap (in distribution): same spread
+    df = _prompt_battles(1, 3000, 0.0, rng).assign(prompt_id=lambda d: np.arange(len(d)))
+    one = np.std(R.bootstrap_bt_clustered(df, NAMES[:4], 300, rng)[:, 1:], axis=0)
+    ref = np.std(R.bootstrap_bt(df, NAMES[:4], 300, rng)[:, 1:], axis=0)
+    assert np.all(np.abs(one / ref - 1) < 0.25)
+    with pytest.raises(ValueError, match="cluster"):
+        R.bootstrap_bt_clustered(df.drop(columns="prompt_id"), NAMES[:4], 10, rng)

@@ -109,6 +109,29 @@ def coverage_per_arena(hits: np.ndarray, generators: list[str]) -> np.ndarray:
     return np.delete(np.asarray(hits, float), generators.index(ANCHOR), axis=1).mean(axis=1)
 
 
+def interval_widths(runs: list[SeedRun], generators: list[str], n_boot: int,
+                    level: float = 0.95) -> pd.DataFrame:
+    """95% interval widths (Elo points) of the battle and the prompt-clustered bootstrap.
+
+    Per arena, both bootstraps of its votes (seeded by the arena's seed + 3000); one row per
+    non-anchor generator with the mean width over arenas and the ratio prompt / battle.
+    """
+    a = generators.index(ANCHOR)
+    q = [(1 - level) / 2, (1 + level) / 2]
+    rows = []
+    for run in runs:
+        rng = seeded(run.seed + 3000)
+        for kind, fn in (("battle", R.bootstrap_bt), ("prompt", R.bootstrap_bt_clustered)):
+            lo, hi = np.quantile(fn(run.votes, generators, n_boot, rng, a), q, axis=0)
+            rows += [{"model": m, "seed": run.seed, "kind": kind, "width": hi[k] - lo[k]}
+                     for k, m in enumerate(generators) if k != a]
+    wide = pd.DataFrame(rows).pivot_table(index="model", columns="kind", values="width",
+                                          aggfunc="mean")
+    out = wide.rename(columns={"battle": "battle bootstrap", "prompt": "prompt bootstrap"})
+    out["ratio"] = out["prompt bootstrap"] / out["battle bootstrap"]
+    return out.sort_values("ratio")
+
+
 def crowd_board(pool: Pool, voters: VoterModel, cfg: Config, seed: int) -> pd.DataFrame:
     """One arena voted by a crowd of repeat voters (``cfg.crowd``): the BT leaderboard frame."""
     rng = seeded(seed)

@@ -163,6 +163,35 @@ def bootstrap_bt(df: pd.DataFrame, models: list[str], n_boot: int, rng: np.rando
     return to_elo(fit_bt(W, anchor), anchor)
 
 
+def bootstrap_bt_clustered(df: pd.DataFrame, models: list[str], n_boot: int,
+                           rng: np.random.Generator, anchor: int = 0,
+                           cluster: str = "prompt_id") -> np.ndarray:
+    """[reconstruction] cluster bootstrap of Eq. (spreadsheetarena-eq-bt): (n_boot, K) Elo ratings.
+
+    Resamples the clusters (by default prompts, each with all of its battles) with
+    replacement, so effects a prompt shares across its battles enter the intervals;
+    :func:`bootstrap_bt` treats every battle as independent. Each resample's win matrix
+    is its clusters' win matrices summed with their draw counts; one batched Newton solve.
+    """
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be positive, got {n_boot}")
+    if cluster not in df.columns:
+        raise ValueError(f"votes have no {cluster!r} column to cluster on")
+    models = check_battles(df, models)
+    k = len(models)
+    g = pd.factorize(df[cluster], sort=True)[0]
+    a = pd.Categorical(df["model_a"], categories=models).codes.astype(np.int64)
+    b = pd.Categorical(df["model_b"], categories=models).codes.astype(np.int64)
+    w = df["winner"].map({"model_a": 1.0, "model_b": 0.0, "tie": 0.5, "both_bad": 0.5}).to_numpy()
+    n_g = int(g.max()) + 1
+    per = np.zeros((n_g, k * k))  # (n_clusters, K*K): each cluster's win matrix
+    np.add.at(per, (g, a * k + b), w)
+    np.add.at(per, (g, b * k + a), 1.0 - w)
+    draws = rng.multinomial(n_g, np.full(n_g, 1.0 / n_g), size=n_boot)
+    W = (draws @ per).reshape(n_boot, k, k)
+    return to_elo(fit_bt(W, anchor), anchor)
+
+
 def leaderboard(df: pd.DataFrame, models: list[str] | None = None, n_boot: int = 200,
                 rng: np.random.Generator | None = None, anchor: str | int = 0,
                 level: float = 0.95) -> Leaderboard:
