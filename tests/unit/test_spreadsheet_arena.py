@@ -359,3 +359,31 @@ def test_lr_test_counts_the_per_category_tau():
     assert [f.n_params for f in st.fits.values()] == [K - 1 + F + 1] * C
     assert st.lr_df == full - restricted == (C - 1) * (F + 1)
     assert st.lr_stat >= -1e-6  # nested models: the per-category fits never fit worse
+
+
+def test_style_free_voters_and_style_controlled_ratings():
+    """Zeroing the style weights leaves substance and theta; on votes from voters who weigh only
+    looks and theta, the style-controlled strengths follow theta, the plain ratings do not."""
+    from minirepro.papers.spreadsheet_arena import experiment as E
+    from minirepro.papers.spreadsheet_arena import ratings as R
+
+    vm = voters.default_voters()
+    free = E.style_free_voters(vm)
+    idx = [voters.VOTER_FEATURES.index(f) for f in E.STYLE_FEATURES]
+    rest = [i for i in range(len(voters.VOTER_FEATURES)) if i not in idx]
+    for c in vm.gamma:
+        assert np.all(free.gamma[c][idx] == 0) and np.array_equal(free.gamma[c][rest], vm.gamma[c][rest])
+    pool = voters.build_pool(prompts.make_prompts(1, seed=3), generators.default_generators())
+    theta = {g: 0.3 * k for k, g in enumerate(pool.generators)}
+    looks = np.zeros(len(voters.VOTER_FEATURES))
+    looks[voters.VOTER_FEATURES.index("style_score")] = 3.0
+    vm2 = voters.VoterModel(theta, {c: looks for c in prompts.CATEGORIES})
+    df = voters.simulate_battles(pool, vm2, 20000, np.random.default_rng(1))
+    ctrl = E.style_controlled_ratings(pool, df)
+    a = pool.generators.index(E.ANCHOR)
+    plain = R.to_elo(R.fit_bt(R.win_matrix(df, pool.generators), a), a)
+    t = list(theta.values())
+    from scipy.stats import kendalltau
+
+    assert kendalltau(ctrl, t).statistic > 0.85
+    assert kendalltau(plain, t).statistic < kendalltau(ctrl, t).statistic

@@ -201,6 +201,62 @@ def style_control(pool: Pool, df: pd.DataFrame, voters: VoterModel,
                        voters.gamma_matrix(categories), float(lr), dof, float(chi2.sf(lr, dof)))
 
 
+STYLE_FEATURES = ("style_score", "has_chart", "has_cond_format")  # looks; the rest is substance
+
+
+def style_free_voters(voters: VoterModel, style: tuple[str, ...] = STYLE_FEATURES) -> VoterModel:
+    """The planted voters with their weights on ``style`` features set to 0: what the votes
+    would say if only latent quality and substance (formulas, errors) counted."""
+    idx = [VOTER_FEATURES.index(f) for f in style]
+    gamma = {c: np.where(np.isin(np.arange(len(VOTER_FEATURES)), idx), 0.0, g)
+             for c, g in voters.gamma.items()}
+    return VoterModel(voters.theta, gamma, voters.tau, voters.base_both_bad,
+                      voters.both_bad_if_errors)
+
+
+def style_controlled_ratings(pool: Pool, votes: pd.DataFrame,
+                             style: tuple[str, ...] = STYLE_FEATURES) -> np.ndarray:
+    """Eq. (spreadsheetarena-eq-style) pooled over categories, on the ``style`` features only:
+    the strengths b on the Elo scale (anchor ``ANCHOR`` at 1000), shape (K,)."""
+    fa, fb = battle_features(pool, votes)
+    idx = [VOTER_FEATURES.index(f) for f in style]
+    a = pool.generators.index(ANCHOR)
+    fit = R.fit_style_control(votes, fa[:, idx], fb[:, idx], pool.generators, anchor=a)
+    return R.to_elo(fit.b, a)
+
+
+def _ranks(x: pd.Series) -> pd.Series:
+    return x.rank(ascending=False, method="min").astype(int)
+
+
+def style_board(pool: Pool, voters: VoterModel, runs: list[SeedRun]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The style-controlled leaderboard beside the plain one, and their agreement with the truth.
+
+    Returns:
+        ``(board, taus)``: board, one row per generator, of mean plain and style-controlled
+        ratings over the arenas, their ranks, the rank change (plain rank - controlled rank;
+        positive = moves up) and the rank under the style-free truth; taus, one row per
+        arena, Kendall tau of each leaderboard with the style-free truth and the number of
+        generators whose rank changes.
+    """
+    free = pd.Series(true_ratings(pool, style_free_voters(voters)), index=pool.generators)
+    plain, ctrl, rows = [], [], []
+    for run in runs:
+        p = run.board.set_index("model")["rating"].reindex(pool.generators)
+        c = pd.Series(style_controlled_ratings(pool, run.votes), index=pool.generators)
+        plain.append(p)
+        ctrl.append(c)
+        rows.append({"seed": run.seed, "tau plain": kendalltau(p, free).statistic,
+                     "tau style-controlled": kendalltau(c, free).statistic,
+                     "rank changes": int((_ranks(p) != _ranks(c)).sum())})
+    p, c = pd.concat(plain, axis=1).mean(axis=1), pd.concat(ctrl, axis=1).mean(axis=1)
+    board = pd.DataFrame({"plain rating": p, "plain rank": _ranks(p), "style-controlled rating": c,
+                          "style-controlled rank": _ranks(c)})
+    board["rank change"] = board["plain rank"] - board["style-controlled rank"]
+    board["style-free truth rank"] = _ranks(free)
+    return board.sort_values("style-controlled rank"), pd.DataFrame(rows).set_index("seed")
+
+
 @dataclass
 class ExpertResult:
     """Finance: arena ratings, the expert table, their rank agreement, and vote-level agreement."""
