@@ -387,3 +387,45 @@ def test_style_free_voters_and_style_controlled_ratings():
 
     assert kendalltau(ctrl, t).statistic > 0.85
     assert kendalltau(plain, t).statistic < kendalltau(ctrl, t).statistic
+
+
+def test_misspecified_voters_move_the_votes_as_stated():
+    """Position bias favours the left-hand side; a cycle makes generator k beat k + 1 more often;
+    a minority type's share of the votes follows its preferences; no spec leaves votes unchanged."""
+    gens = generators.default_generators()[:3]
+    pool = voters.build_pool(prompts.make_prompts(1, seed=2), gens)
+    vm = voters.default_voters()
+    n = 30000
+    base = voters.simulate_battles(pool, vm, n, np.random.default_rng(5))
+    same = voters.simulate_battles(pool, vm, n, np.random.default_rng(5), misspec=None)
+    assert base.equals(same)
+
+    def left_share(df):
+        dec = df[df["winner"].isin(["model_a", "model_b"])]
+        return (dec["winner"] == "model_a").mean()
+
+    biased = voters.simulate_battles(pool, vm, n, np.random.default_rng(5),
+                                     misspec=voters.Misspec(position_bias=1.0))
+    assert abs(left_share(base) - 0.5) < 0.02 and left_share(biased) > 0.6
+    C = voters.cycle_matrix(3)
+    assert np.array_equal(C, -C.T) and C[0, 1] == 1 and C[2, 0] == 1
+    from minirepro.papers.spreadsheet_arena.ratings import win_matrix
+
+    def share(df, i, j):
+        W = win_matrix(df, pool.generators)
+        return W[i, j] / (W[i, j] + W[j, i])
+
+    cyc = voters.simulate_battles(pool, vm, n, np.random.default_rng(5), misspec=voters.Misspec(cycle=2.0))
+    for i in range(3):
+        assert share(cyc, i, (i + 1) % 3) > share(base, i, (i + 1) % 3) + 0.1
+    flip = voters.VoterModel({g: -vm.theta.get(g, 0.0) for g in pool.generators},
+                             {c: -g for c, g in vm.gamma.items()})
+    mixed = voters.simulate_battles(pool, vm, n, np.random.default_rng(5),
+                                    misspec=voters.Misspec(minority=flip, minority_share=0.5))
+    S = voters.expected_scores(pool, vm)
+    off = ~np.eye(3, dtype=bool)
+    W = win_matrix(mixed, pool.generators)
+    emp = np.where(off, W / np.where(off, W + W.T, 1.0), 0.0)
+    assert np.abs(emp[off] - 0.5).max() < np.abs(S[off] - 0.5).max()  # opposite halves cancel
+    with pytest.raises(ValueError):
+        voters.Misspec(minority_share=0.3)

@@ -18,6 +18,7 @@ from minirepro.papers.spreadsheet_arena.prompts import CATEGORIES, make_prompts
 from minirepro.papers.spreadsheet_arena.voters import (
     VOTER_FEATURES,
     Crowd,
+    Misspec,
     Pool,
     VoterModel,
     build_pool,
@@ -47,6 +48,9 @@ class Config(ScaledConfig):
     k_factor: float = 16.0
     n_voters: int = 40  # misspecified arm: voters sharing an arena's votes
     voter_spread: float = 0.5  # misspecified arm: s.d. of a voter's private taste per generator (logits)
+    position_bias: float = 0.5  # misspecified voters: logits for the left-hand workbook
+    minority_share: float = 0.3  # misspecified voters: share of votes from style-blind voters
+    cycle: float = 0.5  # misspecified voters: logits of the intransitive cycle
     votes_csv: str | None = None  # a `minirepro arena export` CSV of real votes to analyse
     PRESETS: ClassVar = {
         "smoke": {"n_seeds": 3, "n_per_category": 2, "n_battles": 2000, "n_boot": 100, "n_reps": 20,
@@ -255,6 +259,32 @@ def style_board(pool: Pool, voters: VoterModel, runs: list[SeedRun]) -> tuple[pd
     board["rank change"] = board["plain rank"] - board["style-controlled rank"]
     board["style-free truth rank"] = _ranks(free)
     return board.sort_values("style-controlled rank"), pd.DataFrame(rows).set_index("seed")
+
+
+def misspecified_arms(cfg: Config, voters: VoterModel) -> dict[str, Misspec]:
+    """[reconstruction] The three misspecified-voter arms of ``cfg`` (one violation each)."""
+    return {"position bias": Misspec(position_bias=cfg.position_bias),
+            "two voter types": Misspec(minority=style_free_voters(voters),
+                                       minority_share=cfg.minority_share),
+            "intransitive": Misspec(cycle=cfg.cycle)}
+
+
+def misspecified_recovery(pool: Pool, voters: VoterModel, cfg: Config, seeds: list[int],
+                          truth: dict[str, float]) -> pd.DataFrame:
+    """Each misspecified arm, one arena per seed (seeded by seed + 5000 + 100 * arm):
+    Kendall tau of the BT leaderboard with the planted voters' ``truth`` and the share of
+    non-anchor generators whose 95% battle-bootstrap interval covers it. Long frame."""
+    rows = []
+    gens = [m for m in pool.generators if m != ANCHOR]
+    for i, (arm, spec) in enumerate(misspecified_arms(cfg, voters).items()):
+        for s in progress(seeds, desc=arm):
+            rng = seeded(s + 5000 + 100 * i)
+            votes = simulate_battles(pool, voters, cfg.n_battles, rng, misspec=spec)
+            board = R.leaderboard(votes, pool.generators, cfg.n_boot, rng, anchor=ANCHOR).frame()
+            b = board.set_index("model")
+            cover = np.mean([b.loc[m, "lower"] <= truth[m] <= b.loc[m, "upper"] for m in gens])
+            rows.append({"arm": arm, "seed": s, "tau": ranking_tau(board, truth), "coverage": cover})
+    return pd.DataFrame(rows)
 
 
 @dataclass

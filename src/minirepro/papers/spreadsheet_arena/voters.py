@@ -103,6 +103,46 @@ class Crowd:
                              f"{self.spread}")
 
 
+@dataclass(frozen=True)
+class Misspec:
+    """[reconstruction] Voters who break Bradley-Terry's assumptions (issue 26), one arm each.
+
+    ``position_bias``: logits added to the left-hand workbook (``model_a``) in every vote.
+    ``minority`` and ``minority_share``: that share of the votes comes from a second voter
+    type with its own preferences. ``cycle``: logits by which generator ``k`` (in pool order)
+    beats generator ``k + 1`` (mod K) beyond their utilities, a cycle no rating can express.
+    """
+
+    position_bias: float = 0.0
+    minority: VoterModel | None = None
+    minority_share: float = 0.0
+    cycle: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.minority_share <= 1 or (self.minority_share > 0 and self.minority is None):
+            raise ValueError("minority_share must be in [0, 1], and > 0 only with a minority type")
+        if not (np.isfinite(self.position_bias) and np.isfinite(self.cycle)):
+            raise ValueError("position_bias and cycle must be finite")
+
+
+def cycle_matrix(k: int) -> np.ndarray:
+    """(K, K) antisymmetric: +1 where column = row + 1 (mod K), -1 where row = column + 1."""
+    C = np.zeros((k, k))
+    i = np.arange(k)
+    C[i, (i + 1) % k] += 1.0
+    C[(i + 1) % k, i] -= 1.0
+    return C
+
+
+def _misspecify(d: np.ndarray, pool: Pool, spec: Misspec, p: np.ndarray, a: np.ndarray,
+                b: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The utility gaps ``d`` (n,) of the battles (p, a, b) as the misspecified voters see them."""
+    if spec.minority is not None and spec.minority_share > 0:
+        u2 = _utilities(pool, spec.minority)
+        d = np.where(rng.random(len(d)) < spec.minority_share, u2[p, a] - u2[p, b], d)
+    return d + spec.position_bias + spec.cycle * cycle_matrix(len(pool.generators))[a, b]
+
+
 def outcome_probs(d: np.ndarray, tau: float) -> np.ndarray:
     """Rao-Kupper ``[P(A), P(B), P(tie)]`` for utility gaps ``d``: shape ``d.shape + (3,)``."""
     d = np.asarray(d, float)
@@ -167,11 +207,14 @@ def _both_bad_prob(pool: Pool, voters: VoterModel) -> np.ndarray:
 
 
 def simulate_battles(pool: Pool, voters: VoterModel, n_battles: int,
-                     rng: np.random.Generator, crowd: Crowd | None = None) -> pd.DataFrame:
+                     rng: np.random.Generator, crowd: Crowd | None = None,
+                     misspec: Misspec | None = None) -> pd.DataFrame:
     """``n_battles`` votes: a uniform prompt, a uniform pair of distinct generators, random sides.
 
     With ``crowd``, the votes are split among ``crowd.n_voters`` voters, each with a
     private taste per generator (the misspecified arm), and a ``voter`` column is added.
+    With ``misspec``, the voters also have a position bias, a second type or a cycle
+    (:class:`Misspec`); without it the random stream is the same as before it existed.
 
     Returns:
         A frame with columns ``prompt_id, category, model_a, model_b, winner`` (``winner`` in
@@ -191,6 +234,8 @@ def simulate_battles(pool: Pool, voters: VoterModel, n_battles: int,
         taste = crowd.spread * rng.standard_normal((crowd.n_voters, len(pool.generators)))
         voter = rng.permutation(n_battles) % crowd.n_voters
         d = d + taste[voter, a] - taste[voter, b]
+    if misspec is not None:
+        d = _misspecify(d, pool, misspec, p, a, b, rng)
     probs = outcome_probs(d, voters.tau)
     bb = _both_bad_prob(pool, voters)[p, a, b]
     r = rng.random(n_battles)
