@@ -12,6 +12,7 @@
 
 from minirepro.papers.tbpo.analysis import (
     final_metrics,
+    frontier_shortfall,
     headline,
     matched_kappa,
     oscillation,
@@ -27,8 +28,10 @@ from minirepro.papers.tbpo.losses import (
     bregman_sequence_loss,
     dpo_loss,
     generic_bregman_ell,
+    ipo_loss,
     population_minimiser,
     sequence_margin,
+    simpo_loss,
     tbpo_a_values,
     tbpo_q_values,
     tbpo_token_loss,
@@ -36,13 +39,16 @@ from minirepro.papers.tbpo.losses import (
 )
 from minirepro.papers.tbpo.mdp import (
     TokenMDP,
+    exact_frontier,
     exact_metrics,
     make_mdp,
     make_preferences,
+    make_token_preferences,
     sample_responses,
     sequence_reward,
     soft_bellman,
     state_distribution,
+    token_q_values,
 )
 from minirepro.papers.tbpo.train import (
     METHODS,
@@ -62,7 +68,8 @@ METHOD_MODULES = ("losses",)
 __all__ = [
     "MEMBERS", "METHODS", "Config", "Experiment", "Policy", "TBPOConfig", "TablePolicy", "TokenMDP",
     "bregman_ell", "bregman_h", "bregman_scale", "bregman_sequence_loss", "dpo_loss",
-    "evaluate", "exact_metrics", "final_metrics", "generic_bregman_ell", "headline", "logistic_vs_dpo",
+    "evaluate", "exact_metrics", "final_metrics", "generic_bregman_ell", "headline", "ipo_loss", "make_token_preferences", "exact_frontier", "frontier_shortfall", "simpo_loss",
+    "token_q_values", "logistic_vs_dpo",
     "make_mdp", "make_preferences", "matched_kappa", "oscillation", "paired", "per_seed",
     "population_minimiser", "reward_at_kl", "run_experiment", "sample_responses", "sequence_margin",
     "sequence_reward", "soft_bellman", "state_distribution", "tbpo_a_values", "tbpo_q_values",

@@ -37,6 +37,20 @@ def reward_at_kl(kl: np.ndarray, reward: np.ndarray, kappa: float) -> float:
     return float("nan")
 
 
+def frontier_shortfall(kl: np.ndarray, reward: np.ndarray, frontier: tuple[np.ndarray, np.ndarray]) -> float:
+    """[reconstruction] Reward at matched KL along a whole run: the mean, over the run's
+    evaluations, of the exact frontier's reward at the evaluation's KL minus the run's reward
+    (``frontier`` from ``mdp.exact_frontier``; linear interpolation, clamped at its ends).
+
+    0 for a run on the frontier at every evaluation, larger for a worse trade-off; estimated
+    points can fall slightly above the exact curve (Monte Carlo noise), giving negative terms."""
+    kl, reward = np.asarray(kl, float), np.asarray(reward, float)
+    if kl.shape != reward.shape or kl.ndim != 1 or kl.size == 0:
+        raise ValueError("kl and reward must be 1-D arrays of the same non-zero length")
+    fk, fr = frontier
+    return float(np.mean(np.interp(kl, fk, fr) - reward))
+
+
 def oscillation(values: np.ndarray) -> float:
     """[reconstruction] Back-and-forth movement of a training curve: its total variation minus
     its net change, ``sum |x_{i+1} - x_i| - |x_last - x_first|`` (0 for a monotone curve; in
@@ -53,10 +67,12 @@ def matched_kappa(evals: pd.DataFrame) -> float:
     return 0.9 * float(final_metrics(evals).groupby("method")["kl_ref"].mean().min())
 
 
-def per_seed(evals: pd.DataFrame, kappa: float | None = None, late_from: int | None = None) -> pd.DataFrame:
+def per_seed(evals: pd.DataFrame, kappa: float | None = None, late_from: int | None = None,
+             frontier: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """One row per (method, seed): the final metrics, ``reward@kl`` (reward at matched KL
-    ``kappa``, default :func:`matched_kappa`) and ``oscillation`` of the per-state KL over the
-    evaluations at steps >= ``late_from`` (default: the second half of training)."""
+    ``kappa``, default :func:`matched_kappa`), ``oscillation`` of the per-state KL over the
+    evaluations at steps >= ``late_from`` (default: the second half of training) and, given the
+    exact ``frontier``, ``shortfall``: :func:`frontier_shortfall` over every evaluation after step 0."""
     kappa = matched_kappa(evals) if kappa is None else kappa
     late_from = int(evals["step"].max()) // 2 if late_from is None else late_from
     fin = final_metrics(evals).set_index(["method", "seed"])
@@ -66,7 +82,10 @@ def per_seed(evals: pd.DataFrame, kappa: float | None = None, late_from: int | N
         rows.append({"method": m, "seed": s,
                      **{c: fin.loc[(m, s), c] for c in FINAL_COLUMNS if c in fin.columns},
                      "reward@kl": reward_at_kl(g["kl_ref"].values, g["reward"].values, kappa),
-                     "oscillation": oscillation(late["state_kl"].values) if "state_kl" in g else np.nan})
+                     "oscillation": oscillation(late["state_kl"].values) if "state_kl" in g else np.nan,
+                     "shortfall": (frontier_shortfall(g.loc[g["step"] > 0, "kl_ref"].values,
+                                                      g.loc[g["step"] > 0, "reward"].values, frontier)
+                                   if frontier is not None else np.nan)})
     order = list(dict.fromkeys(evals["method"]))
     out = pd.DataFrame(rows)
     rank = out["method"].map(order.index)

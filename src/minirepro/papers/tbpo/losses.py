@@ -149,6 +149,30 @@ def tdpo_loss(lr_w: torch.Tensor, mask_w: torch.Tensor, lr_l: torch.Tensor, mask
     return -F.logsigmoid(u - alpha * delta).mean()
 
 
+def ipo_loss(lr_w: torch.Tensor, mask_w: torch.Tensor, lr_l: torch.Tensor, mask_l: torch.Tensor,
+             tau: float) -> torch.Tensor:
+    """Eq. (tbpo-eq-ipo): IPO (Azar et al. 2024), ``mean_B (m - 1 / (2 tau))^2``; a scalar.
+
+    ``m`` is the log-ratio margin of :func:`sequence_margin`. [reconstruction] in this book
+    ``tau`` is the chapter's ``beta`` (IPO's regulariser plays the role of DPO's KL strength)."""
+    _check_pair(lr_w, mask_w, lr_l, mask_l, tau)
+    return ((sequence_margin(lr_w, mask_w, lr_l, mask_l) - 1.0 / (2.0 * tau)) ** 2).mean()
+
+
+def simpo_loss(lp_w: torch.Tensor, mask_w: torch.Tensor, lp_l: torch.Tensor, mask_l: torch.Tensor,
+               beta: float, gamma: float) -> torch.Tensor:
+    """Eq. (tbpo-eq-simpo): SimPO (Meng et al. 2024), reference-free and length-normalised; a scalar.
+
+    ``-log sigmoid(beta/|y_w| log pi(y_w) - beta/|y_l| log pi(y_l) - gamma)`` with ``lp``
+    ``(B, T)`` the policy's log-probabilities of the emitted tokens (not ratios). [reconstruction]
+    ``beta`` and ``gamma`` for this miniature are the paper's typical values, not tuned here.
+    """
+    _check_pair(lp_w, mask_w, lp_l, mask_l, beta)
+    avg_w = (lp_w * mask_w).sum(1) / mask_w.sum(1).clamp_min(1.0)
+    avg_l = (lp_l * mask_l).sum(1) / mask_l.sum(1).clamp_min(1.0)
+    return -F.logsigmoid(beta * (avg_w - avg_l) - gamma).mean()
+
+
 def tbpo_q_values(lr: torch.Tensor, mask: torch.Tensor, v: torch.Tensor, beta: float) -> torch.Tensor:
     """Eq. (tbpo-eq-token-values), TBPO-Q: ``q_t = beta log pi/pi_ref + V_phi(s_t)``; (B, T).
 
@@ -179,7 +203,7 @@ def tbpo_a_values(lr: torch.Tensor, mask: torch.Tensor, kl_pi_ref: torch.Tensor,
 
 
 def tbpo_token_loss(q_w: torch.Tensor, mask_w: torch.Tensor, q_l: torch.Tensor, mask_l: torch.Tensor,
-                    member: str = "logistic", lam: float = 1.0) -> torch.Tensor:
+                    member: str = "logistic", lam: float = 1.0, win: torch.Tensor | None = None) -> torch.Tensor:
     """Eq. (tbpo-eq-token): token-level Bregman matching of chosen and rejected; a scalar.
 
     Position ``t`` of the chosen response is compared with
@@ -189,11 +213,23 @@ def tbpo_token_loss(q_w: torch.Tensor, mask_w: torch.Tensor, q_l: torch.Tensor, 
 
     A response that has ended contributes ``q = 0`` (terminal value) at later positions,
     so responses of unequal length are compared up to the longer one's end.
+
+    ``win`` ``(B, T)`` (optional; token-level labels): the probability, or the 0/1 label, that
+    the ``w`` response wins position ``t``; the position's loss is then
+    ``win l_h(R_t) + (1 - win) l_h(1 / R_t)``. ``None``: ``w`` wins every position (the
+    sequence label given to every token).
     """
     _check_pair(q_w, mask_w, q_l, mask_l)
     cover = torch.maximum(mask_w, mask_l).to(q_w.dtype)
     log_R = -(q_w * mask_w - q_l * mask_l)
-    per_pair = (bregman_ell(log_R, member, lam) * cover).sum(1) / cover.sum(1).clamp_min(1.0)
+    ell = bregman_ell(log_R, member, lam)
+    if win is not None:
+        if win.shape != q_w.shape:
+            raise ValueError(f"win must have shape {tuple(q_w.shape)}, got {tuple(win.shape)}")
+        win = win.to(q_w.dtype)
+        ell = torch.where(win > 0, win * ell, 0.0) + torch.where(
+            win < 1, (1 - win) * bregman_ell(-log_R, member, lam), 0.0)
+    per_pair = (ell * cover).sum(1) / cover.sum(1).clamp_min(1.0)
     return per_pair.mean()
 
 

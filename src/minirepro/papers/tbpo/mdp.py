@@ -23,6 +23,7 @@ evaluated on sampled prefixes instead (see ``train.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -122,6 +123,25 @@ def soft_bellman(mdp: TokenMDP) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         Vs[t] = beta * logsumexp(log_ref + Q[t] / beta, axis=1)
     pi_star = np.exp(log_ref[None] + (Q - Vs[:T, :, None]) / beta)
     return Q, Vs, pi_star
+
+
+def exact_frontier(mdp: TokenMDP, n: int = 80, lo: float = 0.02, hi: float = 100.0) -> tuple[np.ndarray, np.ndarray]:
+    """The exact reward-KL frontier: ``(kl_ref, reward)`` of the optima pi*_b of
+    ``E R - b KL(pi || pi_ref)`` for ``n`` log-spaced ``b`` in ``[lo, hi]``, sorted by KL.
+
+    Each pi*_b maximises the reward among all policies with at most its KL to the reference
+    (a Lagrangian argument), so no policy lies above this curve. ``(n,)`` arrays, KL in nats.
+    """
+    if n < 2 or not 0 < lo < hi:
+        raise ValueError(f"need n >= 2 and 0 < lo < hi, got {n}, {lo}, {hi}")
+    pts = []
+    for b in np.geomspace(lo, hi, n):
+        _, _, pi_b = soft_bellman(dataclasses.replace(mdp, beta=float(b)))
+        m = exact_metrics(mdp, pi_b)
+        pts.append((m["kl_ref"], m["reward"]))
+    pts.append((0.0, exact_metrics(mdp, mdp.ref_table())["reward"]))
+    kl, rew = np.array(sorted(pts)).T
+    return kl, rew
 
 
 def check_policy_table(mdp: TokenMDP, pi: np.ndarray) -> None:
@@ -234,6 +254,50 @@ def make_preferences(mdp: TokenMDP, n_pairs: int, rng: np.random.Generator) -> d
     return {"prompt": x, "chosen": chosen, "rejected": rejected,
             "len_chosen": np.where(first, l1, l2), "len_rejected": np.where(first, l2, l1),
             "p_chosen": np.where(first, p1, 1 - p1)}
+
+
+def token_q_values(mdp: TokenMDP, Q: np.ndarray, prompts: np.ndarray, tokens: np.ndarray,
+                   lengths: np.ndarray) -> np.ndarray:
+    """``(n, T)`` token values ``Q*(s_t, a_t)`` of responses (0 after a response's end, the
+    terminal value); ``Q`` is :func:`soft_bellman`'s ``(T, V, V + 1)`` table."""
+    T, V = mdp.horizon, mdp.n_tokens
+    prev = np.concatenate([prompts[:, None], tokens[:, :-1]], axis=1)
+    prev = np.where(prev >= V, 0, prev)
+    return Q[np.arange(T)[None, :], prev, tokens] * response_mask(lengths, T)
+
+
+def make_token_preferences(mdp: TokenMDP, n_pairs: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """[reconstruction] Pairs labelled by the *token-level* Bradley-Terry model.
+
+    Two responses from ``pi_ref`` per prompt, compared position by position: position ``t``
+    (up to the longer response's end) carries its own label, drawn with
+    ``P(a^1_t > a^2_t) = sigmoid(Q*(s^1_t, a^1_t) - Q*(s^2_t, a^2_t))`` (``Q* = 0`` after a
+    response's end). The sequence-level label, read by the sequence-level losses, is the
+    collapsed model: one draw with logit ``sum_t (Q*^1_t - Q*^2_t)`` (the token-wise values
+    summed; the product of the per-token odds). ``chosen`` is the sequence-level winner.
+
+    Returns the keys of :func:`make_preferences` plus ``token_win`` ``(n, T)`` (1.0 where the
+    chosen response wins position ``t``, 0.0 where it loses or no position is compared) and
+    ``p_token`` ``(n, T)`` (the true probability that the chosen response wins position ``t``).
+    """
+    if n_pairs < 1:
+        raise ValueError(f"n_pairs must be positive, got {n_pairs}")
+    Q, _, _ = soft_bellman(mdp)
+    ref = mdp.ref_table()
+    x, y1, l1 = sample_responses(mdp, ref, n_pairs, rng)
+    _, y2, l2 = sample_responses(mdp, ref, n_pairs, rng, prompts=x)
+    d = token_q_values(mdp, Q, x, y1, l1) - token_q_values(mdp, Q, x, y2, l2)
+    cover = response_mask(np.maximum(l1, l2), mdp.horizon)
+    p_tok = 1.0 / (1.0 + np.exp(-d))
+    win1 = (rng.random(d.shape) < p_tok) & cover
+    p1 = 1.0 / (1.0 + np.exp(-d.sum(1)))
+    first = rng.random(n_pairs) < p1
+    f = first[:, None]
+    return {"prompt": x, "chosen": np.where(f, y1, y2), "rejected": np.where(f, y2, y1),
+            "len_chosen": np.where(first, l1, l2), "len_rejected": np.where(first, l2, l1),
+            "p_chosen": np.where(first, p1, 1 - p1),
+            "token_win": np.where(f, win1, ~win1 & cover).astype(np.float64),
+            "p_token": np.where(f, p_tok, 1 - p_tok) * cover}
 
 
 def enumerate_responses(mdp: TokenMDP, prompt: int) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ from minirepro.core.plotting import distinct_colors, plot_seed_band
 
 # The names this chapter plots, in a fixed order: colours are resolved against all of them.
 _ALL = ("reference", "optimum", "DPO", "TDPO", "TBPO-Q", "TBPO-A", "Bregman (logistic)",
-        "Bregman (KLIEP)", "Bregman (LSIF)", "Bregman (BA -0.5)")
+        "Bregman (KLIEP)", "Bregman (LSIF)", "Bregman (BA -0.5)", "IPO", "SimPO")
 
 
 def color(name: str) -> str:

@@ -23,6 +23,7 @@ from minirepro.papers.tbpo.mdp import (
     exact_metrics,
     make_mdp,
     make_preferences,
+    make_token_preferences,
     sample_responses,
     sequence_reward,
     soft_bellman,
@@ -41,7 +42,10 @@ METHODS: dict[str, tuple[str, str, float]] = {
     "Bregman (BA -0.5)": ("bregman", "ba", -0.5),
     "TBPO-Q": ("tbpo-q", "logistic", 1.0),
     "TBPO-A": ("tbpo-a", "logistic", 1.0),
+    "IPO": ("ipo", "logistic", 1.0),
+    "SimPO": ("simpo", "logistic", 1.0),
 }
+LABELS: tuple[str, ...] = ("sequence", "token")
 
 
 @dataclass
@@ -69,6 +73,9 @@ class Config(ScaledConfig):
     n_eval: int = 256            # rollouts / pi* prefixes per evaluation
     n_seeds: int = 5             # training seeds
     methods: tuple[str, ...] = ("DPO", "TDPO", "Bregman (KLIEP)", "TBPO-Q", "TBPO-A")
+    labels: str = "sequence"     # preference labels: sequence-level BT on R, or token-level BT on Q*
+    simpo_beta: float = 2.0      # SimPO's reward scale (its paper's typical value; not tuned)
+    simpo_gamma: float = 1.0     # SimPO's target margin (gamma / beta = 0.5, as in its paper)
     model_name: str | None = None  # LM setting only: a local checkpoint folder used instead of the shipped model
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
@@ -85,6 +92,8 @@ class Config(ScaledConfig):
             raise ValueError(f"unknown methods {unknown}; expected names from {list(METHODS)}")
         if self.tbpo_member not in L.MEMBERS:
             raise ValueError(f"tbpo_member must be one of {L.MEMBERS}, got {self.tbpo_member!r}")
+        if self.labels not in LABELS:
+            raise ValueError(f"labels must be one of {LABELS}, got {self.labels!r}")
         for name in ("n_pairs", "steps", "batch_size", "eval_every", "n_eval", "n_seeds", "fit_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -160,7 +169,8 @@ def token_stats(policy: nn.Module, log_ref: torch.Tensor, prompts: torch.Tensor,
 
     Returns ``lr`` (log pi/pi_ref of the emitted token), ``mask`` (float, 1 where emitted),
     ``kl_pi_ref`` = KL(pi || pi_ref)(s_t), ``kl_ref_pi`` = KL(pi_ref || pi)(s_t),
-    ``entropy`` = H(pi(.|s_t)), ``v`` (the baseline head) and ``logp`` ``(B, T, V + 1)``.
+    ``entropy`` = H(pi(.|s_t)), ``v`` (the baseline head), ``lp`` (log pi of the emitted token)
+    and ``logp`` ``(B, T, V + 1)``.
     ``log_ref`` is ``(V, V + 1)`` log pi_ref.
     """
     if tokens.ndim != 2 or prompts.shape != tokens.shape[:1] or lengths.shape != prompts.shape:
@@ -173,7 +183,8 @@ def token_stats(policy: nn.Module, log_ref: torch.Tensor, prompts: torch.Tensor,
     mask = (torch.arange(T)[None, :] < lengths[:, None]).to(logp.dtype)
     p = logp.exp()
     lr = (logp - lref).gather(-1, tokens[..., None]).squeeze(-1) * mask
-    return {"lr": lr, "mask": mask, "v": v * mask, "logp": logp,
+    lp = logp.gather(-1, tokens[..., None]).squeeze(-1) * mask
+    return {"lr": lr, "mask": mask, "v": v * mask, "logp": logp, "lp": lp,
             "kl_pi_ref": (p * (logp - lref)).sum(-1) * mask,
             "kl_ref_pi": (lref.exp() * (lref - logp)).sum(-1) * mask,
             "entropy": -(p * logp).sum(-1) * mask}
@@ -184,7 +195,9 @@ def method_loss(method: str, chosen: dict[str, torch.Tensor], rejected: dict[str
     """Eqs. (tbpo-eq-dpo, tbpo-eq-tdpo, tbpo-eq-bregman, tbpo-eq-token): ``method``'s loss.
 
     ``method`` is a name in ``METHODS``; ``chosen`` and ``rejected`` are the
-    :func:`token_stats` of the preferred and the dispreferred responses.
+    :func:`token_stats` of the preferred and the dispreferred responses; ``chosen["win"]``
+    (optional, ``(B, T)``) holds token-level labels, read by TBPO-Q and TBPO-A only.
+    IPO and SimPO: Eqs. (tbpo-eq-ipo, tbpo-eq-simpo).
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
@@ -197,13 +210,19 @@ def method_loss(method: str, chosen: dict[str, torch.Tensor], rejected: dict[str
         return L.tdpo_loss(*args, kl_w=chosen["kl_ref_pi"], kl_l=rejected["kl_ref_pi"], beta=b, alpha=cfg.tdpo_alpha)
     if kind == "bregman":
         return L.bregman_sequence_loss(*args, beta=b, member=member, lam=lam)
+    if kind == "ipo":
+        return L.ipo_loss(*args, tau=b)
+    if kind == "simpo":
+        return L.simpo_loss(chosen["lp"], chosen["mask"], rejected["lp"], rejected["mask"],
+                            beta=cfg.simpo_beta, gamma=cfg.simpo_gamma)
     if kind == "tbpo-q":
         qw = L.tbpo_q_values(chosen["lr"], chosen["mask"], chosen["v"], b)
         ql = L.tbpo_q_values(rejected["lr"], rejected["mask"], rejected["v"], b)
     else:
         qw = L.tbpo_a_values(chosen["lr"], chosen["mask"], chosen["kl_pi_ref"], b)
         ql = L.tbpo_a_values(rejected["lr"], rejected["mask"], rejected["kl_pi_ref"], b)
-    return L.tbpo_token_loss(qw, chosen["mask"], ql, rejected["mask"], member=cfg.tbpo_member, lam=cfg.tbpo_lam)
+    return L.tbpo_token_loss(qw, chosen["mask"], ql, rejected["mask"], member=cfg.tbpo_member, lam=cfg.tbpo_lam,
+                             win=chosen.get("win"))
 
 
 def fit_reference(policy: Policy, mdp: TokenMDP, steps: int, batch_size: int = 256, lr: float = 3e-3,
@@ -343,6 +362,8 @@ def train_method(method: str, init_state: dict[str, torch.Tensor], mdp: TokenMDP
         B = idx.shape[0]
         chosen = {k: v[:B] for k, v in s.items()}
         rejected = {k: v[B:] for k, v in s.items()}
+        if "token_win" in prefs:  # token-level labels (the token-BT testbed)
+            chosen["win"] = prefs["token_win"][idx]
         loss = method_loss(method, chosen, rejected, cfg)
         opt.zero_grad()
         loss.backward()
@@ -393,7 +414,8 @@ def run_experiment(cfg: Config, seed: int = 0, methods: tuple[str, ...] | None =
 
     Every method trains for seeds ``seed .. seed+n_seeds-1``.
 
-    Seeds change the preference data (4k noisy BT pairs by default) and the minibatch order;
+    Seeds change the preference data (4k noisy BT pairs by default; ``cfg.labels`` chooses
+    sequence-level or token-level Bradley-Terry labels) and the minibatch order;
     the testbed (``mdp_seed``) and the fitted starting policy are shared.
     """
     methods = tuple(methods or cfg.methods)
@@ -410,7 +432,8 @@ def run_experiment(cfg: Config, seed: int = 0, methods: tuple[str, ...] | None =
     init = evaluate(base, mdp, ev)
     evals, curves, first = [], [], None
     for s in range(seed, seed + cfg.n_seeds):
-        prefs = prefs_to_tensors(make_preferences(mdp, cfg.n_pairs, np.random.default_rng(s)))
+        draw = make_token_preferences if cfg.labels == "token" else make_preferences
+        prefs = prefs_to_tensors(draw(mdp, cfg.n_pairs, np.random.default_rng(s)))
         first = prefs if first is None else first
         for m in methods:
             e, c = train_method(m, init_state, mdp, prefs, ev, cfg, s)
