@@ -55,3 +55,7 @@ __all__ = ["FORMATS", "KV", "METHODS", "NOT_COMPARABLE", "SPREAD", "Config", "Sp
            "merge_weights", "patchify", "per_seed", "plots", "proportional_attention", "random_select",
            "run_experiment", "run_spread", "shuffle_labels", "snapkv_query_select", "snapkv_select", "task_vector",
            "tasm_compress", "tome_merge", "token_scores"]
+
+# Modules implementing the paper's steps (TASM and the compressors it is compared with);
+# each public function names its equation (tests/unit/test_conventions.py).
+METHOD_MODULES = ("tasm", "compress", "model", "spread")

@@ -17,7 +17,7 @@ from minirepro.papers.tasm.model import KV
 
 
 def check_ratio(ratio: float) -> float:
-    """A kept fraction in (0, 1]; anything else raises ``ValueError``."""
+    """[reconstruction] The compression ratio's check: a kept fraction in (0, 1]; anything else raises ``ValueError``."""
     r = float(ratio)
     if not (0.0 < r <= 1.0) or math.isnan(r):
         raise ValueError(f"the compression ratio (kept fraction) must be in (0, 1], got {ratio!r}")
@@ -25,32 +25,32 @@ def check_ratio(ratio: float) -> float:
 
 
 def budget(n_tokens: int, ratio: float) -> int:
-    """Slots kept from ``n_tokens`` at kept fraction ``ratio``: ceil(ratio * T), at least 1."""
+    """[reconstruction] The KV budget b: slots kept from ``n_tokens`` at kept fraction ``ratio``: ceil(ratio * T), at least 1."""
     if n_tokens < 1:
         raise ValueError("the demonstration set is empty: there is no cache to compress")
     return max(1, math.ceil(check_ratio(ratio) * n_tokens - 1e-9))
 
 
 def flat_keys(kv: KV) -> torch.Tensor:
-    """Keys concatenated over heads: (B, H, T, dh) -> (B, T, H*dh)."""
+    """Eq. (tasm-eq-merge), its inputs: keys concatenated over heads: (B, H, T, dh) -> (B, T, H*dh)."""
     B, H, T, dh = kv.k.shape
     return kv.k.transpose(1, 2).reshape(B, T, H * dh)
 
 
 def flat_values(kv: KV) -> torch.Tensor:
-    """Values concatenated over heads: (B, H, T, dh) -> (B, T, H*dh)."""
+    """Eq. (tasm-eq-merge), its inputs: values concatenated over heads: (B, H, T, dh) -> (B, T, H*dh)."""
     B, H, T, dh = kv.v.shape
     return kv.v.transpose(1, 2).reshape(B, T, H * dh)
 
 
 def gather(kv: KV, idx: torch.Tensor) -> KV:
-    """The slots ``idx`` (B, M) of a cache."""
+    """[reconstruction] Pruning, the common last step: the slots ``idx`` (B, M) of a cache."""
     i4 = idx[:, None, :, None].expand(-1, kv.k.shape[1], -1, kv.k.shape[3])
     return KV(kv.k.gather(2, i4), kv.v.gather(2, i4), kv.logsize.gather(1, idx))
 
 
 def js_divergence(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Jensen-Shannon divergence (natural log) between distributions along ``dim``:
+    """Eq. (tasm-eq-gate), its trigger: Jensen-Shannon divergence (natural log) between distributions along ``dim``:
     JS = 1/2 KL(p || m) + 1/2 KL(q || m), m = (p + q) / 2; zero entries contribute 0."""
     if p.shape != q.shape:
         raise ValueError(f"p and q must have the same shape, got {tuple(p.shape)} and {tuple(q.shape)}")
@@ -66,12 +66,12 @@ def js_divergence(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tens
 # --- pruning baselines -------------------------------------------------------------------
 
 def random_select(batch: int, n_tokens: int, b: int, gen: torch.Generator) -> torch.Tensor:
-    """Random pruning: ``b`` token indices per episode, uniformly without replacement (B, b)."""
+    """[reconstruction] Baseline, random pruning: ``b`` token indices per episode, uniformly without replacement (B, b)."""
     return torch.rand(batch, n_tokens, generator=gen).argsort(1)[:, :b].sort(1).values
 
 
 def h2o_select(attn: torch.Tensor, b: int, recent: int | None = None) -> torch.Tensor:
-    """H2O (heavy hitters + recent window): keep the last ``recent`` tokens (default b // 2) and
+    """[reconstruction] Baseline H2O (heavy hitters + recent window): keep the last ``recent`` tokens (default b // 2) and
     the ``b - recent`` others with the largest accumulated attention received, column sums of the
     prefill's causal attention ``attn`` (B, T, T) (summed over heads). Returns indices (B, b)."""
     B, T, _ = attn.shape
@@ -82,13 +82,13 @@ def h2o_select(attn: torch.Tensor, b: int, recent: int | None = None) -> torch.T
 
 
 def pool1d(score: torch.Tensor, kernel: int) -> torch.Tensor:
-    """SnapKV's pooling: average over a window of ``kernel`` neighbouring tokens (B, T) -> (B, T)."""
+    """[reconstruction] Baseline SnapKV, its pooling: average over a window of ``kernel`` neighbouring tokens (B, T) -> (B, T)."""
     return F.avg_pool1d(score[:, None], kernel, stride=1, padding=kernel // 2,
                         count_include_pad=False)[:, 0]
 
 
 def snapkv_select(attn: torch.Tensor, b: int, window: int = 8, kernel: int = 5) -> torch.Tensor:
-    """SnapKV without the query: the last ``w = min(window, b // 2)`` demonstration tokens are the
+    """[reconstruction] Baseline SnapKV without the query: the last ``w = min(window, b // 2)`` demonstration tokens are the
     observation window; the other tokens are scored by the window's attention to them (summed
     over the window's queries and the heads), pooled over ``kernel`` neighbours; keep the window
     and the top ``b - w``. ``attn`` (B, T, T). Returns indices (B, b)."""
@@ -101,7 +101,7 @@ def snapkv_select(attn: torch.Tensor, b: int, window: int = 8, kernel: int = 5) 
 
 
 def snapkv_query_select(query_attn: torch.Tensor, b: int, kernel: int = 5) -> torch.Tensor:
-    """SnapKV with the query as its observation window (NOT comparable: it sees the query before
+    """[reconstruction] Baseline SnapKV with the query as its observation window (NOT comparable: it sees the query before
     compressing): score = the query tokens' attention to each demonstration token (B, Q, T), summed
     and pooled; keep the top ``b``. Returns indices (B, b)."""
     return pool1d(query_attn.sum(1), kernel).topk(b, dim=1).indices.sort(1).values
@@ -110,12 +110,12 @@ def snapkv_query_select(query_attn: torch.Tensor, b: int, kernel: int = 5) -> to
 # --- merging -----------------------------------------------------------------------------
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Cosine similarities (B, S, K) between rows of a (B, S, d) and b (B, K, d)."""
+    """Eq. (tasm-eq-merge), the similarity: cosine similarities (B, S, K) between rows of a (B, S, d) and b (B, K, d)."""
     return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).transpose(1, 2)
 
 
 def bipartite_assign(w: torch.Tensor, threshold: float = -math.inf) -> torch.Tensor:
-    """§3 (merge): the assignment M maximising sum M_ij w_ij with every source i assigned to at most
+    """Eq. (tasm-eq-merge): the assignment M maximising sum M_ij w_ij with every source i assigned to at most
     one sink j (sinks take any number), only on edges with w_ij >= threshold (w = -inf: forbidden).
     The maximum is each source's best sink when that edge passes the threshold. w (B, S, K)
     -> sink index per source (B, S), -1 for unassigned."""
@@ -128,7 +128,7 @@ def bipartite_assign(w: torch.Tensor, threshold: float = -math.inf) -> torch.Ten
 
 def merge_into_sinks(kv: KV, sinks: torch.Tensor, sources: torch.Tensor, assign: torch.Tensor,
                      weight: torch.Tensor) -> KV:
-    """§3: merge sources into their sinks: k_j <- (s_j k_j + sum_i M_ij c_i k_i) / (s_j + sum_i M_ij c_i),
+    """Eq. (tasm-eq-merge): merge sources into their sinks: k_j <- (s_j k_j + sum_i M_ij c_i k_i) / (s_j + sum_i M_ij c_i),
     values alike, size s_j <- s_j + sum_i M_ij s_i. ``sinks`` (B, K) and ``sources`` (B, S) index
     the cache, ``assign`` (B, S) a sink position in 0..K-1 or -1, ``weight`` (B, S) each source's
     coefficient c_i before its size (TASM: e^{w_ij}; ToMe: 1). Returns the K merged sinks."""
@@ -148,7 +148,7 @@ def merge_into_sinks(kv: KV, sinks: torch.Tensor, sources: torch.Tensor, assign:
 
 
 def tome_merge(kv: KV, b: int) -> KV:
-    """ToMe bipartite soft matching, repeated until ``b`` slots remain: split the slots
+    """[reconstruction] Baseline ToMe: bipartite soft matching, repeated until ``b`` slots remain: split the slots
     alternately into A and B; each A slot's best B partner by key cosine; merge the
     ``r = min(M - b, |A|)`` most similar A slots into their partners, size-weighted averages."""
     cur = kv

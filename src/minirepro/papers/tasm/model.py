@@ -20,7 +20,7 @@ from minirepro.papers.tasm.data import FORMATS, GRID, ITEM, N_PATCH
 
 @dataclass
 class KV:
-    """One layer's cache: keys/values (B, H, M, dh) and log sizes (B, M) (``-inf`` marks an empty slot)."""
+    """Eq. (tasm-eq-propattn), its cache: one layer's keys/values (B, H, M, dh) and log sizes (B, M) (``-inf`` marks an empty slot)."""
 
     k: torch.Tensor
     v: torch.Tensor
@@ -34,7 +34,7 @@ class KV:
 
 @dataclass
 class Prefill:
-    """The demonstrations' cache: per layer KV, the head-summed causal attention (B, T, T),
+    """[reconstruction] The demonstrations' cache: per layer KV, the head-summed causal attention (B, T, T),
     the keys concatenated over heads (B, T, H*dh), and token metadata (T,)."""
 
     kv: list[KV]
@@ -64,7 +64,7 @@ def token_layout(n_demos: int, fmt: str) -> tuple[torch.Tensor, ...]:
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logsize: torch.Tensor | None = None,
            mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Proportional attention (ToMe's Eq. for merged tokens): softmax(q k^T / sqrt(dh) + log s) v.
+    """Eq. (tasm-eq-propattn): proportional attention (ToMe's form for merged tokens): softmax(q k^T / sqrt(dh) + log s) v.
 
     q (B, H, Q, dh), k and v (B, H, M, dh), logsize (B, M) or None, mask (Q, M) bool (True =
     may attend) or None. Returns the output (B, H, Q, dh) and the probabilities (B, H, Q, M).
@@ -79,7 +79,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logsize: torch.Ten
 
 
 class Block(nn.Module):
-    """Pre-LN transformer block."""
+    """[reconstruction] The learner's pre-LN transformer block."""
 
     def __init__(self, d: int, heads: int, mlp: int) -> None:
         super().__init__()

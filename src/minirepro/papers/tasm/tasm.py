@@ -27,7 +27,7 @@ DELTA = 0.002  # the summary's gate threshold
 
 
 def task_vector(keys: torch.Tensor, is_label: torch.Tensor) -> torch.Tensor:
-    """§3.1: tau = normalise(mu_A - mu_Q), the centroid of the answer (label) keys minus that of
+    """Eq. (tasm-eq-tau): tau = normalise(mu_A - mu_Q), the centroid of the answer (label) keys minus that of
     the question (image patch) keys. keys (B, T, d), is_label (T,) -> (B, d). [reconstruction:
     in key space, heads concatenated]"""
     if not bool(is_label.any()) or bool(is_label.all()):
@@ -36,7 +36,7 @@ def task_vector(keys: torch.Tensor, is_label: torch.Tensor) -> torch.Tensor:
 
 
 def layer_weight(layer: int, n_layers: int) -> float:
-    """§3.1: lambda(l) = alpha + beta sigmoid(kappa (l / L - 0.5)) with alpha 0.1, beta 0.8,
+    """Eq. (tasm-eq-score), the layer weight [reconstruction]: lambda(l) = alpha + beta sigmoid(kappa (l / L - 0.5)) with alpha 0.1, beta 0.8,
     kappa 10; l runs over 0..L-1 as l / (L - 1) so the shallowest layer gets about 0.1 and the
     deepest about 0.9 [reconstruction]."""
     x = layer / max(n_layers - 1, 1)
@@ -45,7 +45,7 @@ def layer_weight(layer: int, n_layers: int) -> float:
 
 def token_scores(kv: KV, attn: torch.Tensor, is_label: torch.Tensor, layer: int, n_layers: int,
                  gamma: float = 0.5, use_task: bool = True) -> torch.Tensor:
-    """§3.1: S = lambda(l) s_task + (1 - lambda(l)) s_attn, with
+    """Eq. (tasm-eq-score): S = lambda(l) s_task + (1 - lambda(l)) s_attn, with
     s_task = ReLU(k^T tau / |k|) + gamma |v| / max_j |v_j| and s_attn the accumulated attention
     received (H2O-style, scaled to max 1) [reconstruction: s_attn and gamma are not given].
     ``use_task=False`` (ablation) keeps s_attn only. Returns (B, T)."""
@@ -64,7 +64,7 @@ def token_scores(kv: KV, attn: torch.Tensor, is_label: torch.Tensor, layer: int,
 
 def merge_weights(keys: torch.Tensor, pre: Prefill, sinks: torch.Tensor, sources: torch.Tensor,
                   window: int | None = 1) -> torch.Tensor:
-    """§3.2: w_ij = cos(k_i, k_j) for source i and sink j, -inf unless both are labels or both
+    """Eq. (tasm-eq-merge), the weights: w_ij = cos(k_i, k_j) for source i and sink j, -inf unless both are labels or both
     are patches of the same image within Chebyshev distance ``window`` on the patch grid (the
     3x3 window; ``None`` lifts the spatial limit, same image only). Returns (B, S, K)."""
     w = cosine(keys.gather(1, sources[..., None].expand(-1, -1, keys.shape[-1])),
@@ -83,7 +83,7 @@ def merge_weights(keys: torch.Tensor, pre: Prefill, sinks: torch.Tensor, sources
 
 @dataclass
 class TASMCache:
-    """TASM's memory per layer: the Core (merged sinks) and the Latent Bank (uncompressed
+    """Eq. (tasm-eq-gate), the memory it reads [reconstruction]: per layer the Core (merged sinks) and the Latent Bank (uncompressed
     low-score originals), with the indices kept for figures."""
 
     core: list[KV]
@@ -94,7 +94,7 @@ class TASMCache:
 
 def tasm_compress(pre: Prefill, b: int, bank_size: int, gamma: float = 0.5, merge: bool = True,
                   use_task: bool = True, window: int | None = 1) -> TASMCache:
-    """§3: per layer, score the tokens (Eq. S), keep the top ``b`` as Core sinks, merge each other
+    """Eqs. (tasm-eq-score, tasm-eq-merge): per layer, score the tokens (Eq. S), keep the top ``b`` as Core sinks, merge each other
     token into its best sink (w_ij >= 0.5, coefficient e^{w_ij}) and put the top ``bank_size`` of
     the others, uncompressed, in the Latent Bank [reconstruction: bank = highest-scoring non-core
     originals]. ``merge=False`` prunes instead (ablation)."""
@@ -123,7 +123,7 @@ def tasm_compress(pre: Prefill, b: int, bank_size: int, gamma: float = 0.5, merg
 
 @dataclass
 class Gate:
-    """§3.3: query-adaptive expansion. At each layer and query token, the ``top_m`` Latent Bank
+    """Eq. (tasm-eq-gate): query-adaptive expansion. At each layer and query token, the ``top_m`` Latent Bank
     tokens with the largest attention logits (averaged over heads) are candidates; the gate opens
     when JS(P_core || P_expanded) > ``delta``, P the head-averaged attention [reconstruction: the
     summary compares consecutive decode steps; with one answer token we compare the core-only and
@@ -160,6 +160,6 @@ class Gate:
 
 
 def proportional_attention(q: torch.Tensor, kv: KV) -> torch.Tensor:
-    """ToMe's proportional attention over a (merged) cache: softmax(q k^T / sqrt(dh) + log s) v.
+    """Eq. (tasm-eq-propattn): ToMe's proportional attention over a (merged) cache: softmax(q k^T / sqrt(dh) + log s) v.
     q (B, H, Q, dh) -> (B, H, Q, dh)."""
     return attend(q, kv.k, kv.v, kv.logsize)[0]
