@@ -50,9 +50,10 @@ class Config(ScaledConfig):
     sweep_methods: tuple[str, ...] = ("Model-Dowser", "random")
     sweep_seeds: int = 1
     n_test: int = 0
+    methods: tuple[str, ...] = METHODS
     PRESETS: ClassVar = {
         "smoke": {"ft_steps": 20, "batch_size": 32, "n_seeds": 1, "n_prompts": 16, "n_probes": 2,
-                  "n_test": 150, "sweep_fractions": (0.1, 1.0), "sweep_methods": ("Model-Dowser",)},
+                  "n_test": 150, "methods": tuple(m for m in METHODS if m != "LoRA"), "sweep_fractions": (0.1, 1.0), "sweep_methods": ("Model-Dowser",)},
         "book": {},
         "full": {"ft_steps": 400, "n_seeds": 10, "n_prompts": 256, "n_probes": 32,
                  "sweep_fractions": (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0), "sweep_seeds": 3},
@@ -246,6 +247,9 @@ def post_hoc(method: str, pre: TinyMLLM, ft: TinyMLLM, depth: str, cfg: Config, 
 def run_seed(pre: TinyMLLM, cfg: Config, seed: int, depth: str, sets: EvalSets,
              methods: tuple[str, ...] = METHODS) -> tuple[list[dict], dict[str, list[float]]]:
     """Every method on one seed and depth: rows of metrics, and the training curves."""
+    unknown = set(methods) - set(METHODS)
+    if unknown or "Model-Dowser" not in methods:
+        raise ValueError(f"methods must include Model-Dowser and come from {METHODS}; unknown: {sorted(unknown)}")
     rows, curves, ft_info = [], {}, None
     trained = {}
     for m in [m for m in methods if m in TRAINED] or []:
@@ -300,7 +304,7 @@ def run_experiment(cfg: Config, seeds: list[int], pre: TinyMLLM | None = None) -
     rows, curves = [], {}
     for depth in cfg.depths:
         for s in progress(seeds, desc=f"{depth} fine-tuning"):
-            r, c = run_seed(pre, cfg, s, depth, sets)
+            r, c = run_seed(pre, cfg, s, depth, sets, methods=tuple(cfg.methods))
             rows += r
             if s == seeds[0]:
                 curves[depth] = c
