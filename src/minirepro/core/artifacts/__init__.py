@@ -65,6 +65,7 @@ RECIPE_MODULES: tuple[str, ...] = (
     "minirepro.papers.active_o3.artifact",
     "minirepro.papers.tasm.artifact",
     "minirepro.papers.tasm.spread_artifact",
+    "minirepro.papers.model_dowser.artifact",
 )
 
 __all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",
