@@ -301,10 +301,29 @@ def _full_table_class():
         values and rules; the book's CSS wraps them. Its text form is pandas' own."""
 
         def _repr_html_(self):
-            with pd.option_context("display.max_colwidth", None):
-                return super()._repr_html_()
+            if list(self.columns) != ["claim", "paper", "measured here", "verdict", "rule"]:
+                with pd.option_context("display.max_colwidth", None):
+                    return super()._repr_html_()
+            return _claims_html(self)
 
     return FullTable
+
+
+def _claims_html(table) -> str:
+    """The claims table as the page shows it: every cell in full, no index column, and
+    each claim's rule behind a "rule" toggle under its statement (a rule runs to a
+    paragraph; as a column it made every row a screen tall)."""
+    from html import escape
+
+    head = "".join(f"<th>{escape(c)}</th>" for c in ("claim", "paper", "measured here", "verdict"))
+    rows = []
+    for _, r in table.iterrows():
+        claim = (f"{escape(str(r['claim']))}<details class=\"minirepro-rule\"><summary>rule</summary>"
+                 f"{escape(str(r['rule']))}</details>")
+        cells = [claim] + [escape(str(r[c])) for c in ("paper", "measured here", "verdict")]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return (f'<table class="dataframe minirepro-claims"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
 
 
 def _FullTable(*args, **kwargs):  # noqa: N802 - a class made on first use (pandas is imported late)

@@ -67,5 +67,9 @@ def test_the_claims_table_shows_long_cells_in_full_on_the_page():
     try:
         html = results.claims_table()._repr_html_()
         assert long.strip() in html and "…" not in html and "..." not in html
+        # the rule is there in full, behind a toggle under the claim; no index column
+        rule = html.split("<summary>rule</summary>")[1].split("</details>")[0]
+        assert ("a metric " * 10).strip() in rule
+        assert "<th></th>" not in html and html.count("<th>") == 4
     finally:
         results.reset()
