@@ -196,43 +196,46 @@ def _bounds(rng: str, extent: tuple[int, int]) -> tuple[int, int, int, int]:
     return c1, r1, c2, r2
 
 
-def evaluate_cells(cells: dict, formulas_at: list, timeout_s: float, names: Names | None = None,
-                   sheets: tuple[str, ...] | None = None) -> Evaluation:
-    """The evaluation itself, in this process: a walk over references with a soft deadline."""
-    deadline = time.monotonic() + timeout_s
-    values: dict[tuple[str, int, int], object] = {}
-    active: set[tuple[str, int, int]] = set()
-    names = names or {}
-    known = set(sheets) if sheets is not None else {k[0] for k in cells}
-    extents = _extents(cells)
+class _Walk:
+    """The state of one evaluation: computed values, the cells on the current path (a
+    cycle is ``#REF!``), defined names, known sheets, used extents and the deadline."""
 
-    def value_of(key: tuple[str, int, int]) -> object:
-        v = cells.get(key)
+    def __init__(self, cells: dict, deadline: float, names: Names, known: set[str]) -> None:
+        self.cells, self.deadline, self.names, self.known = cells, deadline, names, known
+        self.values: dict[tuple[str, int, int], object] = {}
+        self.active: set[tuple[str, int, int]] = set()
+        self.extents = _extents(cells)
+
+    def value_of(self, key: tuple[str, int, int]) -> object:
+        """A referenced cell's value: its formula's result, or its input converted."""
+        v = self.cells.get(key)
         if isinstance(v, str) and v.startswith("=") and len(v) > 1:
-            return cell(key)
+            return self.cell(key)
         return _to_input(v)
 
-    def fetch(name: str, sheet: str, depth: int = 0) -> object:
+    def fetch(self, name: str, sheet: str, depth: int = 0) -> object:
+        """A formula input: a cell, a range (an object array) or a defined name."""
         m = _REF.match(name.replace("$", "").upper())
         if not m:
-            target = names.get((sheet, name.upper()), names.get(("", name.upper())))
+            target = self.names.get((sheet, name.upper()), self.names.get(("", name.upper())))
             if target is None or depth > 0:  # an unknown name, or a name naming a name
                 raise KeyError(name)
-            return fetch_name(target, sheet)
+            return self.fetch_name(target, sheet)
         ref_sheet = m.group("sheet")
         ref_sheet = ref_sheet[1:-1].replace("''", "'") if ref_sheet and ref_sheet[0] == "'" else ref_sheet
         sheet = (ref_sheet or sheet).upper()
-        if sheet not in known:
+        if sheet not in self.known:
             return XlError("#REF!")
-        c1, r1, c2, r2 = _bounds(m.group("rng"), extents.get(sheet, (0, 0)))
+        c1, r1, c2, r2 = _bounds(m.group("rng"), self.extents.get(sheet, (0, 0)))
         if (r2 - r1 + 1) * (c2 - c1 + 1) > MAX_RANGE_CELLS:
             raise KeyError(f"range {name} too large")
         if (r1, c1) == (r2, c2):
-            return value_of((sheet, r1, c1))
-        return np.array([[value_of((sheet, r, c)) for c in range(c1, c2 + 1)]
+            return self.value_of((sheet, r1, c1))
+        return np.array([[self.value_of((sheet, r, c)) for c in range(c1, c2 + 1)]
                          for r in range(r1, r2 + 1)], dtype=object)
 
-    def fetch_name(target: str, sheet: str) -> object:
+    def fetch_name(self, target: str, sheet: str) -> object:
+        """What a defined name stands for: a number, ``#REF!``, or a reference."""
         t = target.strip().lstrip("=").strip()
         try:
             return float(t)
@@ -240,20 +243,21 @@ def evaluate_cells(cells: dict, formulas_at: list, timeout_s: float, names: Name
             pass
         if t.upper().startswith("#REF!") or "!#REF!" in t.upper():
             return XlError("#REF!")
-        return fetch(t, sheet, depth=1)
+        return self.fetch(t, sheet, depth=1)
 
-    def cell(key: tuple[str, int, int]) -> object:
-        if key in values:
-            return values[key]
-        if time.monotonic() > deadline:
+    def cell(self, key: tuple[str, int, int]) -> object:
+        """A formula cell's value, computed once; any failure of the formula is ``#NAME?``."""
+        if key in self.values:
+            return self.values[key]
+        if time.monotonic() > self.deadline:
             raise TimeoutError
-        if key in active:
-            values[key] = XlError("#REF!")
-            return values[key]
-        active.add(key)
+        if key in self.active:
+            self.values[key] = XlError("#REF!")
+            return self.values[key]
+        self.active.add(key)
         try:
-            fn, inputs = _compile(cells[key])
-            args = [fetch(name, key[0]) for name in inputs]
+            fn, inputs = _compile(self.cells[key])
+            args = [self.fetch(name, key[0]) for name in inputs]
             out = _scalar(fn(*args))
         except (TimeoutError, MemoryError):
             raise
@@ -262,13 +266,20 @@ def evaluate_cells(cells: dict, formulas_at: list, timeout_s: float, names: Name
                 raise MemoryError from exc
             out = XlError("#NAME?")
         finally:
-            active.discard(key)
-        values[key] = out
+            self.active.discard(key)
+        self.values[key] = out
         return out
 
+
+def evaluate_cells(cells: dict, formulas_at: list, timeout_s: float, names: Names | None = None,
+                   sheets: tuple[str, ...] | None = None) -> Evaluation:
+    """The evaluation itself, in this process: a walk over references with a soft deadline."""
+    known = set(sheets) if sheets is not None else {k[0] for k in cells}
+    walk = _Walk(cells, time.monotonic() + timeout_s, names or {}, known)
+    values = walk.values
     try:
         for key in formulas_at:
-            cell(key)
+            walk.cell(key)
     except TimeoutError:
         return Evaluation(values, _errors(values), False, f"evaluation exceeded {timeout_s} s")
     except RecursionError:
