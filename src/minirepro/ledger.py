@@ -66,7 +66,8 @@ def update(name: str, root: Path | None = None, scale: str = "book") -> Path:
     entry = {"chapter": chapter.name, "slug": chapter.slug, "title": chapter.title,
              "scale": scale, "notebook_sha": notebook_sha(chapter),
              "commit": _git_commit(root), "date": _dt.date.today().isoformat(),
-             "seconds": run.results["seconds"], "params": run.results["params"],
+             "seconds": run.results["seconds"], "cpu_seconds": run.results.get("cpu_seconds"),
+             "load": run.results.get("load"), "params": run.results["params"],
              "seeds": run.results.get("seeds", {}), "metrics": run.results["metrics"],
              "claims": run.results["claims"]}
     path = claims_path(chapter, root)
@@ -119,6 +120,15 @@ COLUMNS = ["chapter", "id", "kind", "statement", "paper", "measured", "verdict",
            "robustness"]
 
 
+def _cpu_note(entry: dict) -> str:
+    """`` (CPU 88 s, load 5.2)`` when the entry recorded them: with other work on the machine
+    the wall time is inflated, and the CPU time is the run's cost on a quiet machine."""
+    cpu, load = entry.get("cpu_seconds"), entry.get("load")
+    if cpu is None:
+        return ""
+    return f" (CPU {cpu:.0f} s" + (f", load {load:.1f})" if load is not None else ")")
+
+
 def markdown(root: Path | None = None, fmt: str = "md") -> str:
     """The ledger as a markdown table (``fmt="md"``), CSV (``"csv"``) or JSON (``"json"``)."""
     data = rows(root)
@@ -169,7 +179,8 @@ def page_markdown(root: Path | None = None) -> str:
         seed_text = (f" Reported seeds {seeds.get('reported')}; tuning seeds {seeds.get('tuning') or 'none'}."
                      if seeds else "")
         out.append(f"**{_cell(e['title'])}**: measured at {e.get('scale', 'book')} scale in "
-                   f"{e.get('seconds', 0):.0f} s, {e.get('date', '')}, commit {e.get('commit', '?')}{stale}."
+                   f"{e.get('seconds', 0):.0f} s{_cpu_note(e)}, {e.get('date', '')}, "
+                   f"commit {e.get('commit', '?')}{stale}."
                    + seed_text)
         for kind, heading in (("paper", "The paper's claims"), ("check", "Checks of the miniature")):
             claims = [c for c in e["claims"] if c.get("kind", "paper") == kind]

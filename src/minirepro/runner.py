@@ -25,6 +25,7 @@ import io
 import itertools
 import json
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -327,6 +328,14 @@ def run_chapter(name: str, params: dict[str, Any] | None = None, scale: str | No
             raise
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children: papermill, and through
+    it the kernel and the kernel's workers. A run's difference is its CPU time, which is
+    what its cost is on a quiet machine when other work shares the cores."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _mark_failed(stage: Path, output: Path, chapter: Chapter, run_id: str, runs_dir: Path,
                  exc: BaseException, seconds: float) -> Path:
     """Rename the staging folder to ``<run-id>-FAILED`` with ``error.txt`` saying why."""
@@ -406,15 +415,16 @@ def _run_in(stage: Path, chapter: Chapter, params: dict[str, Any], full_params: 
         extra["OMP_NUM_THREADS"] = str(threads)
     if quiet_bars:
         extra["TQDM_DISABLE"] = "1"
-    t0 = time.perf_counter()
+    t0, cpu0, load = time.perf_counter(), _children_cpu(), os.getloadavg()[0]
     execute(ipynb, output, params, kernel_env(extra), cwd=stage, log=stage / "papermill.log")
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, _children_cpu() - cpu0
     kernel_results = stage / ".kernel-results.json"
     recorded = json.loads(kernel_results.read_text()) if kernel_results.exists() else {}
     results = {"chapter": chapter.name, "params": full_params,
                "metrics": recorded.get("metrics", {}), "tolerances": recorded.get("tolerances", {}),
                "seeds": recorded.get("seeds", {}), "claims": recorded.get("claims", []),
-               "seconds": round(seconds, 2), "run_id": run_id}
+               "seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
+               "load": round(load, 2), "run_id": run_id}
     (stage / "params.json").write_text(json.dumps(full_params, indent=2, default=str) + "\n")
     (stage / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     kernel_results.unlink(missing_ok=True)

@@ -51,6 +51,7 @@ def test_ledger_update_runs_the_chapter(toy_book):
     path = ledger.update("toy", scale="smoke")
     entry = json.loads(path.read_text())
     assert entry["claims"][0]["id"] == "positive" and entry["notebook_sha"]
+    assert entry["cpu_seconds"] > 0 and "(CPU " in ledger.page_markdown()  # the cost without the load
     assert ledger.papers()[0]["status"] == "chapter"  # paper 1 <-> 01-toy here
 
 

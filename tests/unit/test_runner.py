@@ -15,7 +15,9 @@ def test_run_writes_a_finished_folder(toy_book):
     run = run_chapter("toy", {"n": "4", "seed": 1}, scale="smoke")
     assert run.folder.parent == toy_book / "runs" / "toy"
     res = json.loads((run.folder / "results.json").read_text())
-    assert set(res) >= {"chapter", "params", "metrics", "claims", "seconds"}
+    assert set(res) >= {"chapter", "params", "metrics", "claims", "seconds", "cpu_seconds", "load"}
+    # the kernel's CPU time is counted (papermill and the kernel are waited-for children)
+    assert 0 < res["cpu_seconds"] < 10 * res["seconds"] + 5 and res["load"] >= 0
     assert res["params"]["n"] == 4 and res["params"]["scale"] == "smoke"
     assert res["claims"][0]["id"] == "positive"
     assert res["claims"][0]["verdict"] in {"reproduced", "not reproduced"}
