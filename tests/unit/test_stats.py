@@ -107,3 +107,16 @@ def test_sig_and_checked_never_print_minus_zero():
     assert stats.sig(-0.0) == "0"
     assert str(stats.checked(-0.001, 2)) == "0.0"
     assert stats.checked(0.126, 2) == 0.13
+
+
+def test_seed_summary_as_a_table_and_per_seed_wide():
+    df = pd.DataFrame({"scenario": ["a"] * 4 + ["b"] * 2, "method": ["m", "m", "n", "n", "m", "m"],
+                       "seed": [0, 1, 0, 1, 0, 1], "err": [1.0, 3.0, 2.0, 2.0, 5.0, 7.0]})
+    flat = stats.seed_summary(df, ["scenario", "method"], "err", index=False)
+    assert list(flat.columns[:2]) == ["scenario", "method"]
+    row = flat[(flat.scenario == "a") & (flat.method == "m")].iloc[0]
+    assert row["err mean"] == 2.0 and row["n"] == 2
+    wide = stats.per_seed_wide(df, "err", scenario="a")
+    assert list(wide.index) == [0, 1] and wide.loc[1, "m"] == 3.0 and wide.loc[0, "n"] == 2.0
+    with pytest.raises(ValueError, match="scenario 'z'"):
+        stats.per_seed_wide(df, "err", scenario="z")

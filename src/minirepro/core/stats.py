@@ -146,12 +146,14 @@ def tost(d: Sequence[float], margin: float, level: float = 0.95) -> tuple[float,
     return max(p_low, p_high), ci
 
 
-def seed_summary(df, by: str | Sequence[str], value: str | Sequence[str], level: float = 0.95):
+def seed_summary(df, by: str | Sequence[str], value: str | Sequence[str], level: float = 0.95,
+                 index: bool = True):
     """Mean, standard deviation, n and the t interval of ``value`` per group of ``by``.
 
     ``df`` is a long table with one row per (group, seed). Returns a DataFrame indexed
     by ``by`` with columns ``<value> mean``, ``<value> std``, ``<value> lo``,
-    ``<value> hi`` and ``n`` (the number of seeds).
+    ``<value> hi`` and ``n`` (the number of seeds); with ``index=False`` the groups are
+    columns named as ``by`` instead (a table ready to show or filter).
     """
     import pandas as pd
 
@@ -173,7 +175,27 @@ def seed_summary(df, by: str | Sequence[str], value: str | Sequence[str], level:
         rows[key] = row
     out = pd.DataFrame.from_dict(rows, orient="index")
     out.index.name = by if isinstance(by, str) else None
-    return out
+    if index:
+        return out
+    keys = [by] if isinstance(by, str) else list(by)
+    if len(keys) > 1:
+        out.index = pd.MultiIndex.from_tuples(out.index, names=keys)
+    return out.reset_index()
+
+
+def per_seed_wide(df, column: str, columns: str = "method", **where):
+    """``column`` of ``df`` with one row per seed and one column per ``columns`` value, for
+    the rows where every ``where`` column equals its value (aligned for paired rules).
+
+    Raises:
+        ValueError: no row matches ``where``.
+    """
+    t = df
+    for k, v in where.items():
+        t = t[t[k] == v]
+    if t.empty:
+        raise ValueError(f"no rows for {', '.join(f'{k} {v!r}' for k, v in where.items())}")
+    return t.pivot(index="seed", columns=columns, values=column).sort_index()
 
 
 def sig(x: float, digits: int = 3) -> str:

@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 
 from minirepro.core import ScaledConfig, compare_times
-from minirepro.core.stats import seed_summary
+from minirepro.core.stats import per_seed_wide, seed_summary
 from minirepro.papers.caffnet.layer import hardnet_aff, max_violation
 from minirepro.papers.caffnet.models import (
     METHODS,
@@ -107,17 +107,13 @@ def run_experiment(cfg: Config, seeds: list[int], data_seed: int = 0) -> dict[st
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
     """Mean, standard deviation and 95% t interval over seeds of each metric, per scenario
     and method (``minirepro.core.stats.seed_summary``)."""
-    out = seed_summary(table, ["scenario", "method"], ["error", "max_violation", "violating_fraction"])
-    out.index = pd.MultiIndex.from_tuples(out.index, names=["scenario", "method"])
-    return out.reset_index()
+    return seed_summary(table, ["scenario", "method"], ["error", "max_violation", "violating_fraction"],
+                        index=False)
 
 
 def per_seed(table: pd.DataFrame, scenario: str, column: str = "error") -> pd.DataFrame:
     """``column`` of every method on one scenario, one row per seed (aligned for paired rules)."""
-    t = table[table.scenario == scenario]
-    if t.empty:
-        raise ValueError(f"no rows for scenario {scenario!r}")
-    return t.pivot(index="seed", columns="method", values=column).sort_index()
+    return per_seed_wide(table, column, scenario=scenario)
 
 
 def start_errors(scenario, data: Data, seeds: list[int], hidden: tuple[int, ...],

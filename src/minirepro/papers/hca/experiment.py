@@ -246,10 +246,8 @@ def run_experiment(cfg: Config, seeds: list[int], params: HCAParams | None = Non
 def summarise(acc: pd.DataFrame) -> pd.DataFrame:
     """Mean, std, 95% t interval (over runs = domain x seed) of each method's accuracy, per
     oracle (``minirepro.core.stats.seed_summary``); columns ``mean, std, lo, hi, runs``."""
-    out = seed_summary(acc, ["oracle", "method"], "accuracy")
-    out.index = pd.MultiIndex.from_tuples(out.index, names=["oracle", "method"])
+    out = seed_summary(acc, ["oracle", "method"], "accuracy", index=False)
     out = out.rename(columns=lambda c: c.replace("accuracy ", "")).rename(columns={"n": "runs"})
-    out = out.reset_index()
     out["method"] = pd.Categorical(out["method"], METHODS, ordered=True)
     return out.sort_values(["oracle", "method"]).reset_index(drop=True)
 

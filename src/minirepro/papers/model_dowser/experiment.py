@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from minirepro.core import ScaledConfig, progress
-from minirepro.core.stats import seed_summary
+from minirepro.core.stats import per_seed_wide, seed_summary
 from minirepro.papers.model_dowser import baselines as B
 from minirepro.papers.model_dowser.data import UPSTREAM, Batch, downstream_set, upstream_sets
 from minirepro.papers.model_dowser.dowser import (
@@ -320,17 +320,12 @@ def run_experiment(cfg: Config, seeds: list[int], pre: TinyMLLM | None = None) -
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
     """Mean and 95% t interval over seeds of upstream, downstream and H per depth and method
     (``minirepro.core.stats.seed_summary``)."""
-    out = seed_summary(table, ["depth", "method"], ["upstream", "downstream", "H"])
-    out.index = pd.MultiIndex.from_tuples(out.index, names=["depth", "method"])
-    return out.reset_index()
+    return seed_summary(table, ["depth", "method"], ["upstream", "downstream", "H"], index=False)
 
 
 def per_seed(table: pd.DataFrame, depth: str, column: str = "H") -> pd.DataFrame:
     """``column`` of every method at one depth, one row per seed (aligned for paired rules)."""
-    t = table[table.depth == depth]
-    if t.empty:
-        raise ValueError(f"no rows for depth {depth!r}")
-    return t.pivot(index="seed", columns="method", values=column).sort_index()
+    return per_seed_wide(table, column, depth=depth)
 
 
 __all__ = ["Config", "EvalSets", "Experiment", "METHODS", "MASKED", "POST_HOC", "TRAINED", "evaluate",

@@ -13,7 +13,7 @@ import torch
 
 from minirepro.core import ScaledConfig, progress, set_seed
 from minirepro.core.seed import threads_from_env
-from minirepro.core.stats import seed_summary
+from minirepro.core.stats import per_seed_wide, seed_summary
 from minirepro.papers.rq_moe.baselines import BASELINES, FaissQuantizer
 from minirepro.papers.rq_moe.data import VectorSplits, load_vectors
 from minirepro.papers.rq_moe.evaluate import mse, recall_at, true_neighbours
@@ -212,10 +212,7 @@ def per_seed(df: pd.DataFrame, dataset: str, column: str = "mse",
     With ``relative_to`` (e.g. ``"RQ"``) each row is divided by that method's value on the
     same seed, so a seed's harder or easier data draw cancels out.
     """
-    t = df[df.dataset == dataset]
-    if t.empty:
-        raise ValueError(f"no rows for dataset {dataset!r}")
-    wide = t.pivot(index="seed", columns="method", values=column).sort_index()
+    wide = per_seed_wide(df, column, dataset=dataset)
     if relative_to is not None:
         wide = wide.div(wide[relative_to], axis=0)
     return wide
