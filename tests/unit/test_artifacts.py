@@ -570,3 +570,15 @@ def test_loading_one_artifact_imports_only_its_own_recipe_module():
             "print(others)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['minirepro.papers.active_o3.artifact']", out.stdout + out.stderr
+
+
+def test_verified_folder_uses_the_committed_copy_without_the_recipe_and_falls_back_to_load(
+        tmp_path, monkeypatch):
+    from minirepro.core.artifacts import store
+
+    calls = []
+    monkeypatch.setattr(store, "load", lambda name, root=None: calls.append(name) or tmp_path / "rebuilt")
+    good = artifacts.verified_folder("tasm-icl-transformer")  # the committed, intact copy
+    assert good == artifacts.artifacts_root() / "tasm-icl-transformer" and calls == []
+    assert artifacts.verified_folder("tasm-icl-transformer", root=tmp_path) == tmp_path / "rebuilt"
+    assert calls == ["tasm-icl-transformer"]  # missing files: load() warns and rebuilds

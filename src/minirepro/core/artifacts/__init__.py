@@ -52,7 +52,14 @@ from minirepro.core.artifacts.recipes import (
                                             registry,
                                             unregister,
 )
-from minirepro.core.artifacts.store import build, load, orphans, recipe_problems, verify
+from minirepro.core.artifacts.store import (
+                                            build,
+                                            load,
+                                            orphans,
+                                            recipe_problems,
+                                            verified_folder,
+                                            verify,
+)
 from minirepro.core.sourcehash import source_hash
 
 # Modules that register recipes when imported; registry() imports them all, so
@@ -71,5 +78,5 @@ RECIPE_MODULES: tuple[str, ...] = (
 __all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",
            "ArtifactError", "ArtifactWarning", "BuildResult", "Recipe", "artifacts_root", "build",
            "cache_dir", "file_problems", "get", "load", "manifest", "orphans", "read_manifest",
-           "recipe", "recipe_problems", "registry", "source_hash", "total_bytes", "unregister",
+           "recipe", "recipe_problems", "registry", "source_hash", "total_bytes", "unregister", "verified_folder",
            "verify"]

@@ -191,6 +191,14 @@ def build(name: str, force: bool = False, root: str | Path | None = None) -> Pat
     return _build_into(rec, dest)
 
 
+def verified_folder(name: str, root: str | Path | None = None) -> Path:
+    """The committed folder of ``name`` when its files match their manifest's checksums,
+    without importing the recipe (a chapter's loading stays light: the recipe modules pull
+    in the training code); otherwise :func:`load`, which warns and rebuilds."""
+    folder = resolve_root(root) / name
+    return folder if not file_problems(folder) else load(name, root)
+
+
 def load(name: str, root: str | Path | None = None) -> Path:
     """The folder of artifact ``name``, every file checked against its manifest.
 

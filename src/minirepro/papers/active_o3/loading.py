@@ -23,8 +23,7 @@ def artifact_folder() -> Path:
     """The verified artifact folder. When the committed files match their manifest's checksums
     they are used directly (this skips the registry, which imports every recipe module,
     language models included); otherwise :func:`minirepro.core.artifacts.load` warns and rebuilds."""
-    folder = artifacts.artifacts_root() / NAME
-    return folder if not artifacts.file_problems(folder) else artifacts.load(NAME)
+    return artifacts.verified_folder(NAME)
 
 
 def load_model(folder: Path | None = None) -> TaskCNN:

@@ -23,8 +23,7 @@ ARCH = {"d": 64, "heads": 4, "layers": 4, "mlp": 128, "vis": 32}
 def artifact_folder() -> Path:
     """The verified artifact folder: the committed files when their checksums match the
     manifest, otherwise :func:`minirepro.core.artifacts.load` (which warns and rebuilds)."""
-    folder = artifacts.artifacts_root() / NAME
-    return folder if not artifacts.file_problems(folder) else artifacts.load(NAME)
+    return artifacts.verified_folder(NAME)
 
 
 def load_model(folder: Path | None = None) -> TinyMLLM:

@@ -23,8 +23,7 @@ ARCH = {"n_way": 5, "d": 64, "heads": 4, "layers": 3, "mlp": 128}
 def artifact_folder() -> Path:
     """The verified artifact folder: the committed files when their checksums match the
     manifest, otherwise :func:`minirepro.core.artifacts.load` (which warns and rebuilds)."""
-    folder = artifacts.artifacts_root() / NAME
-    return folder if not artifacts.file_problems(folder) else artifacts.load(NAME)
+    return artifacts.verified_folder(NAME)
 
 
 def load_model(folder: Path | None = None) -> ICLTransformer:
@@ -49,8 +48,7 @@ SPREAD_WEIGHTS = "spread_transformer.safetensors"
 
 def spread_folder() -> Path:
     """The verified folder of the spread variant's learner (as :func:`artifact_folder`)."""
-    folder = artifacts.artifacts_root() / SPREAD_NAME
-    return folder if not artifacts.file_problems(folder) else artifacts.load(SPREAD_NAME)
+    return artifacts.verified_folder(SPREAD_NAME)
 
 
 def load_spread_model(folder: Path | None = None):  # -> SpreadICLTransformer
