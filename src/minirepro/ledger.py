@@ -22,12 +22,27 @@ from minirepro.rules import VERDICTS
 
 
 def notebook_sha(chapter: Chapter) -> str:
-    """SHA-256 (first 16 hex) of the chapter's code cells (source and tags).
+    """SHA-256 (first 16 hex) of the chapter's code cells (code and tags, comments left out).
 
-    Only code decides the recorded claims, so an edit to the prose keeps the ledger
-    entry current; any change to a code cell (a rule, a parameter, a step) makes it stale.
+    Only code decides the recorded claims, so an edit to the prose, or to a comment
+    (a parameter's description, its allowed range), keeps the ledger entry current;
+    any change to the code of a code cell (a rule, a parameter, a step) makes it stale.
     """
     return code_sha(chapter.path.read_text(encoding="utf-8"))
+
+
+def _without_comments(source: str) -> str:
+    """``source``'s Python tokens without comments and blank lines (a cell that does not
+    tokenize, such as one with IPython magics, is returned unchanged)."""
+    import io
+    import tokenize
+
+    try:
+        toks = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return source
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
+    return "\x1f".join(f"{t.type}:{t.string}" for t in toks if t.type not in skip)
 
 
 def code_sha(text: str) -> str:
@@ -39,7 +54,7 @@ def code_sha(text: str) -> str:
     for cell in nb.cells:
         if cell.cell_type == "code":
             tags = ",".join(sorted(cell.metadata.get("tags", [])))
-            h.update(f"{tags}\n{cell.source}\n\0".encode())
+            h.update(f"{tags}\n{_without_comments(cell.source)}\n\0".encode())
     return h.hexdigest()[:16]
 
 

@@ -103,3 +103,13 @@ def test_ledger_page_keeps_checks_of_the_miniature_apart(toy_book):
     assert page.index("*The paper's claims*") < page.index("*Checks of the miniature*")
     assert "| 2 | 1 | 0 | 0 | 1 | 1 (1) |" in page
     assert "flagged: 1 seed(s)" in page and "tuning seeds [9]" in page
+
+
+def test_code_sha_ignores_comments_but_not_code():
+    cell = "```{{code-cell}} ipython3\n{}\n```\n"
+    base = ledger.code_sha("# T\n\n" + cell.format("steps = 5  # steps per run"))
+    assert ledger.code_sha("# T\n\n" + cell.format("steps = 5  # steps per run [1, inf]")) == base
+    assert ledger.code_sha("# T\n\n" + cell.format("# a note\nsteps = 5")) == base
+    assert ledger.code_sha("# T\n\n" + cell.format("steps = 6  # steps per run")) != base
+    assert ledger.code_sha("# T\n\n" + cell.format("steps = '5 # not a comment'")) != base
+    assert ledger.code_sha("# T\n\n" + cell.format("%time steps = 5")) != base  # magics: kept as text
