@@ -84,6 +84,8 @@ class Parameter:
     choices: tuple[str, ...] | None = None
     lo: float | None = None  # the allowed range of a number, from a ``[lo, hi]`` comment marker
     hi: float | None = None
+    lo_open: bool = False  # ``(lo, ...``: lo itself is refused
+    hi_open: bool = False  # ``..., hi)``: hi itself is refused
 
     @property
     def is_path(self) -> bool:
@@ -97,16 +99,23 @@ class Parameter:
         if is_seed_name(self.name) and self.type in ("int", "list[int]"):
             lo, hi = max(lo, SEED_RANGE[0]), min(hi, SEED_RANGE[1])
         if self.type in ("int", "list[int]") and self.name.startswith("n_"):  # a count
-            lo = max(lo, 1 if self.name == "n_seeds" else 0)
+            lo = max(lo, 1)
         if lo == -math.inf and hi == math.inf:
             return None
         return lo, hi
+
+    def range_text(self, lo: float | None = None, hi: float | None = None) -> str:
+        """The allowed range as written in the comment, e.g. ``(0, 1]`` or ``[1, inf]``."""
+        lo = (self.lo if self.lo is not None else -math.inf) if lo is None else lo
+        hi = (self.hi if self.hi is not None else math.inf) if hi is None else hi
+        return (f"{'(' if self.lo_open else '['}{_fmt_bound(lo)}, "
+                f"{_fmt_bound(hi)}{')' if self.hi_open else ']'}")
 
     def describe(self) -> str:
         kind = self.type + (" | None" if self.optional else "")
         extra = f" one of {{{', '.join(self.choices)}}}" if self.choices else ""
         if self.lo is not None or self.hi is not None:
-            extra += f" in [{_fmt_bound(self.lo)}, {_fmt_bound(self.hi)}]"
+            extra += f" in {self.range_text()}"
         return f"{self.name} ({kind}{extra}) = {self.default!r}"
 
     def coerce(self, value: Any) -> Any:
@@ -132,11 +141,12 @@ class Parameter:
         bounds = self.bounds()
         if bounds is not None and self.type in ("int", "float", "list[int]", "list[float]"):
             lo, hi = bounds
-            bad = [v for v in items if not lo <= v <= hi]
+            bad = [v for v in items if not (lo < v if self.lo_open else lo <= v)
+                   or not (v < hi if self.hi_open else v <= hi)]
             if bad:
                 what = "a seed" if is_seed_name(self.name) else "a value"
                 raise ChapterError(f"parameter {self.name!r} must be {what} in "
-                                   f"[{_fmt_bound(lo)}, {_fmt_bound(hi)}]; got {show(bad[0])}")
+                                   f"{self.range_text(lo, hi)}; got {show(bad[0])}")
         return out
 
     def resolve_path(self, value: str, cwd: Path | None = None) -> str:
@@ -338,9 +348,11 @@ def parse_parameters(source: str, where: str = "parameters cell") -> dict[str, P
         if m:
             choices = tuple(c.strip() for c in m.group(1).split(",") if c.strip())
         lo = hi = None
+        lo_open = hi_open = False
         r = _RANGE.search(comment)
         if r:
-            lo, hi = _bound(r.group(1)), _bound(r.group(2))
+            lo, hi = _bound(r.group(2)), _bound(r.group(3))
+            lo_open, hi_open = r.group(1) == "(", r.group(4) == ")"
         if name == "scale":
             default = os.environ.get("MINIREPRO_SCALE", "book")
             out[name] = Parameter(name, default, "str", False, comment, tuple(SCALES))
@@ -360,10 +372,12 @@ def parse_parameters(source: str, where: str = "parameters cell") -> dict[str, P
             default = list(default)
         if kind not in ("int", "float", "list[int]", "list[float]"):
             lo = hi = None  # a `[x, y]` ending a str or bool's comment is just text
-        if lo is not None and lo > hi:
-            raise ChapterError(f"{where}: the range of {name!r} is empty: [{r.group(1)}, {r.group(2)}]")
+            lo_open = hi_open = False
+        if lo is not None and (lo > hi or (lo == hi and (lo_open or hi_open))):
+            raise ChapterError(f"{where}: the range of {name!r} is empty: {r.group(0).strip()}")
         par = Parameter(name, default, kind, optional, comment, choices,
-                        None if lo == -math.inf else lo, None if hi == math.inf else hi)
+                        None if lo == -math.inf else lo, None if hi == math.inf else hi,
+                        lo_open, hi_open)
         if default is not None:
             try:
                 par.coerce(default)
@@ -374,7 +388,7 @@ def parse_parameters(source: str, where: str = "parameters cell") -> dict[str, P
 
 
 _NUM = r"-?inf|[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-_RANGE = re.compile(rf"\[\s*({_NUM})\s*,\s*({_NUM})\s*\]\s*(?:\{{[^{{}}]*\}}\s*)?$")
+_RANGE = re.compile(rf"([\[(])\s*({_NUM})\s*,\s*({_NUM})\s*([\])])\s*(?:\{{[^{{}}]*\}}\s*)?$")
 
 
 def _bound(text: str) -> float:

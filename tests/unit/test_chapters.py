@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from minirepro.chapters import ChapterError, discover, get, parse_parameters
@@ -69,3 +71,33 @@ def test_the_books_chapters_parse():
         assert "scale" in ch.parameters and "seed" in ch.parameters, ch.name
         for p in ch.parameters.values():
             assert p.comment, f"{ch.name}: parameter {p.name} has no comment"
+
+
+RANGED = '''rho = 0.5  # a share (0, 1]
+steps = 10  # steps [1, inf]
+lam = 1.0  # strength [0, 2)
+angles = [10.0]  # degrees [0, 90]
+n_items: int | None = None  # a count (no marker: at least 1)
+note = "x"  # text ending like a range [1, 2]
+'''
+
+
+@pytest.mark.parametrize("name,raw", [("rho", "0.5"), ("rho", "1"), ("steps", "1"), ("lam", "0"),
+                                      ("lam", "1.999"), ("angles", "0,90"), ("n_items", "1"),
+                                      ("note", "anything")])
+def test_declared_ranges_accept_values_inside(name, raw):
+    parse_parameters(RANGED)[name].coerce(raw)
+
+
+@pytest.mark.parametrize("name,raw,shown", [("rho", "0", "(0, 1]"), ("rho", "1.01", "(0, 1]"),
+                                            ("steps", "0", "[1, inf]"), ("lam", "2", "[0, 2)"),
+                                            ("lam", "-0.1", "[0, 2)"), ("angles", "45,91", "[0, 90]"),
+                                            ("n_items", "0", "[1, inf]")])
+def test_declared_ranges_refuse_values_outside_with_the_range(name, raw, shown):
+    with pytest.raises(ChapterError, match=re.escape(shown)):
+        parse_parameters(RANGED)[name].coerce(raw)
+
+
+def test_an_empty_range_is_refused():
+    with pytest.raises(ChapterError, match="empty"):
+        parse_parameters("x = 1.0  # oops (1, 1]")

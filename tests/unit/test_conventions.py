@@ -9,6 +9,11 @@
   a field of the package's ``Config`` (built by ``Config.from_params(globals())``) or
   one of its ``VIEW_PARAMETERS`` (which choose what the page shows, not what is run).
 - One naming scheme: ``Config``, ``run_experiment``, figures ``plots.plot_*``.
+- Bad input is refused before any work: every number a notebook takes declares its allowed
+  range in its comment (``[1, inf]``, ``(0, 1]``; a count ``n_*`` is at least 1 without one),
+  so ``minirepro run`` refuses it with exit 2 before a kernel starts. The ranges are checked
+  against the config: a value the ``Config`` refuses must be refused by the range, and every
+  preset's value must be accepted by it.
 """
 
 from __future__ import annotations
@@ -146,3 +151,43 @@ def test_minirepro_list_shows_each_parameters_preset_values(capsys):
     assert "presets" not in entry["parameters"]["seed"]  # not a config field
     assert main(["list", "caffnet"]) == 0
     assert "presets: smoke 3, book 5, full 5" in capsys.readouterr().out
+
+
+NUMERIC = ("int", "float", "list[int]", "list[float]")
+PROBES = {"int": (-1, 0, 1, 2, 4, 6, 10**6), "float": (-1.0, -1e-3, 0.0, 0.5, 0.999, 1.0, 2.0, 1e6)}
+
+
+def _numeric_params(pkg):
+    ch = CHAPTER_OF[pkg]
+    return ch, [p for n, p in ch.parameters.items() if p.type in NUMERIC and not is_seed_name(n)]
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_every_number_a_notebook_takes_declares_its_range(pkg):
+    ch, params = _numeric_params(pkg)
+    missing = [p.name for p in params
+               if not chapters._RANGE.search(p.comment) and p.choices is None and p.bounds() is None]
+    assert not missing, (f"{ch.path.name}: end these parameters' comments with their allowed range, "
+                         f"such as [1, inf] or (0, 1]: {missing}")
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_the_ranges_agree_with_the_config(pkg):
+    ch, params = _numeric_params(pkg)
+    cfg = importlib.import_module(f"minirepro.papers.{pkg}").Config
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    for p in params:
+        if p.name not in fields:
+            continue
+        scalar = p.type.replace("list[", "").rstrip("]")
+        for v in PROBES[scalar]:
+            value = [v] if p.type.startswith("list") else v
+            try:
+                cfg.from_params({p.name: value}, scale="smoke")
+            except (ValueError, TypeError):
+                with pytest.raises(chapters.ChapterError):  # the config refuses it: so must the range
+                    p.coerce(value)
+        for scale in cfg.PRESETS:
+            preset = getattr(cfg.preset(scale), p.name)
+            if preset is not None:
+                p.coerce(list(preset) if isinstance(preset, tuple) else preset)

@@ -63,6 +63,13 @@ class Config(ScaledConfig):
                  "lsq_encode_iters": 16, "timing_repeats": 7},
     }
 
+    def __post_init__(self) -> None:
+        if self.K < 2 or self.K & (self.K - 1):
+            raise ValueError(f"K must be a power of two >= 2, got {self.K}")
+        for name in ("M", "steps", "n_train", "n_experts", "n_seeds"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
     @property
     def nbits(self) -> int:
         if self.K < 2 or self.K & (self.K - 1):
