@@ -357,3 +357,53 @@ def test_seed_summary_top_share_ratios_and_tuning_seed():
     assert ratios.shape == (2,) and np.all(ratios > 0)
     book = mocl.Config.preset("book")
     assert book.n_seeds >= 5 and mocl.TUNING_SEED not in range(0, book.n_seeds)
+
+
+def test_kfac_proximal_direction_is_the_implicit_step_of_the_kronecker_penalty():
+    """Against a dense solve of (I/lr + lam A(x)G) vec(W') = vec(W)/lr - vec(g) + lam (A(x)G) vec(W*)."""
+    rng = np.random.default_rng(3)
+    out, inp, lam, lr = 4, 3, 7.0, 0.2
+    Xa, Xg = rng.normal(size=(20, inp)), rng.normal(size=(20, out))
+    A, G = Xa.T @ Xa / 20, Xg.T @ Xg / 20
+    W, W0, g = (rng.normal(size=(out, inp)) for _ in range(3))
+    H = np.kron(A, G)  # acts on column-major vec: (A (x) G) vec(X) = vec(G X A)
+
+    def vec(M):
+        return M.reshape(-1, order="F")
+
+    rhs = vec(W) / lr - vec(g) + lam * H @ vec(W0)
+    W_new = np.linalg.solve(np.eye(out * inp) / lr + lam * H, rhs).reshape(out, inp, order="F")
+    lam_G, U_G = mocl.factor_eigen(torch.tensor(G))
+    lam_A, U_A = mocl.factor_eigen(torch.tensor(A))
+    d = mocl.kfac_proximal_direction(torch.tensor(g), torch.tensor(W), torch.tensor(W0), U_G, lam_G,
+                                     U_A, lam_A, lam, lr)
+    np.testing.assert_allclose(d.numpy(), (W - W_new) / lr, rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="shapes"):
+        mocl.kfac_proximal_direction(torch.tensor(g).T, torch.tensor(W), torch.tensor(W0), U_G, lam_G,
+                                     U_A, lam_A, lam, lr)
+
+
+def test_kfac_laplace_is_fine_tuning_until_it_remembers_and_then_pulls_back():
+    m = mocl.KFACLaplace("K-FAC Laplace", layers=1, lam=10.0, lr=0.05)
+    g = [torch.randn(3, 4, generator=torch.Generator().manual_seed(0))]
+    W = [torch.zeros(3, 4)]
+    assert torch.equal(m.transform(g, W)[0], g[0])
+    a, gr = torch.randn(50, 4), torch.randn(50, 3)
+    m.remember(W, None, [(a, gr)])
+    moved = [torch.ones(3, 4)]
+    d = m.transform([torch.zeros(3, 4)], moved)[0]
+    assert float((d * moved[0]).sum()) > 0  # with no task gradient, the step points back to the anchor
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.5])
+def test_hill_tail_index_recovers_a_pareto_tail(alpha):
+    x = np.random.default_rng(0).pareto(alpha, 200_000) + 1.0  # P(X > x) = x^-alpha
+    assert abs(mocl.hill_tail_index(x, frac=0.05) - alpha) < 0.1 * alpha
+    with pytest.raises(ValueError, match="positive values"):
+        mocl.hill_tail_index(np.ones(10), frac=0.05)
+
+
+def test_fisher_tail_index_per_layer_at_init():
+    cfg = mocl.Config.preset("smoke")
+    idx = mocl.fisher_tail_index(mocl.init_statistics(cfg, seed=0))
+    assert len(idx) == len(cfg.sizes) - 1 and all(np.isfinite(v) and v > 0 for v in idx)

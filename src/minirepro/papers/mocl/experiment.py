@@ -21,6 +21,7 @@ from minirepro.papers.mocl.methods import (
     GPM,
     SGP,
     FineTuning,
+    KFACLaplace,
     Method,
     MoCL,
     factor_eigen,
@@ -28,13 +29,15 @@ from minirepro.papers.mocl.methods import (
     layer_statistics,
 )
 from minirepro.papers.mocl.network import accuracy, class_mask, init_mlp, loss_fn
+from minirepro.papers.mocl.qstats import hill_tail_index
 
 # the plot names of every arm, and the key a reader passes as ``method``
-METHODS: tuple[str, ...] = ("MoCL", "GPM", "SGP", "EWC", "fine-tuning")
+METHODS: tuple[str, ...] = ("MoCL", "GPM", "SGP", "EWC", "K-FAC Laplace", "fine-tuning")
 ABLATIONS: tuple[str, ...] = ("MoCL (no gate)", "MoCL (Shannon)", "MoCL (hard projection)",
                               "MoCL (no decay)")
 JOINT = "joint"
 METHOD_KEYS: dict[str, str] = {"mocl": "MoCL", "gpm": "GPM", "sgp": "SGP", "ewc": "EWC",
+                               "kfac-laplace": "K-FAC Laplace",
                                "fine-tuning": "fine-tuning", "joint": JOINT}
 
 
@@ -52,12 +55,13 @@ class Config(ScaledConfig):
     n_train: int | None = None  # training images per task (None: all)
     n_memory: int = 200  # samples of a finished task each method may use for its memory
     q: float = 1.5  # MoCL entropic index (q > 1: heavy-tailed gate)
-    beta: float = 100.0  # MoCL gate strength (tuned, see TUNING_GRID)
+    beta: float = 300.0  # MoCL gate strength (tuned, see TUNING_GRID)
     gamma: float = 0.9  # MoCL metabolic decay per task
-    gpm_threshold: tuple[float, ...] = (0.8, 0.99, 0.99)  # GPM energy threshold per layer (tuned)
+    gpm_threshold: tuple[float, ...] = (0.8, 0.95, 0.95)  # GPM energy threshold per layer (tuned)
     sgp_threshold: tuple[float, ...] = (0.9, 0.99, 0.99)  # SGP's threshold (held; alpha tuned)
-    sgp_alpha: float = 20.0  # SGP importance scale (tuned)
-    ewc_lambda: float = 10.0  # EWC penalty strength (tuned)
+    sgp_alpha: float = 50.0  # SGP importance scale (tuned)
+    ewc_lambda: float = 3.0  # EWC penalty strength (tuned)
+    kfac_lambda: float = 30.0  # K-FAC Laplace penalty strength (tuned)
     VIEW_PARAMETERS: ClassVar = ("method",)
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
@@ -99,6 +103,7 @@ def make_method(name: str, cfg: Config) -> Method:
         "GPM": lambda: GPM(**common, threshold=cfg.gpm_threshold),
         "SGP": lambda: SGP(**common, threshold=cfg.sgp_threshold, alpha=cfg.sgp_alpha),
         "EWC": lambda: EWC(**common, lam=cfg.ewc_lambda, lr=cfg.lr),
+        "K-FAC Laplace": lambda: KFACLaplace(**common, lam=cfg.kfac_lambda, lr=cfg.lr),
         "fine-tuning": lambda: FineTuning(**common),
     }
     if name not in table:
@@ -306,18 +311,22 @@ def mean_matrix(results: list[RunResult], method: str) -> np.ndarray:
 
 TUNING_SEED = 100  # the one seed the knobs were tuned on; never among the reported seeds
 
-# Each method's main knob was chosen once, before the reported runs, as the best
-# final ACC of ``tune(method, Config.preset("book"), seed=100)`` over these four
-# values (seed 100 is never reported): MoCL beta = 100, GPM threshold
-# (0.8, 0.99, 0.99), SGP alpha = 20 (threshold held at (0.9, 0.99, 0.99)), EWC
-# lambda = 10. Those are the config defaults. GPM's and SGP's picks lie on an edge
-# of their grids (a wider grid might help them).
+# Each method's main knob was chosen once, before the reported runs, as the best final
+# ACC of ``tune(method, Config.preset("book"), seed=100)`` over six values (seed 100 is
+# never reported); the picks are the config defaults and every pick lies inside its grid:
+# MoCL beta = 300, GPM threshold (0.8, 0.95, 0.95), SGP alpha = 50, EWC lambda = 3,
+# K-FAC Laplace lambda = 30. GPM's knob is the threshold of its two deeper
+# layers; its first layer's threshold (0.8) came from an earlier four-value grid on that
+# layer alone, whose pick sat on its lower edge: a check over 0.5-0.9 found ACC flat at
+# 0.5-0.8 (0.592, 0.592, 0.586, 0.583) and lower at 0.9 (0.530), so it was left at 0.8.
+# An earlier four-value round (MoCL 1-1000, GPM first layer 0.8-0.99, SGP 1-20, EWC
+# 1-1000) had GPM's and SGP's picks on the edges of their grids (issue 26).
 TUNING_GRID: dict[str, tuple[str, tuple]] = {
-    "MoCL": ("beta", (1.0, 10.0, 100.0, 1000.0)),
-    "GPM": ("gpm_threshold", ((0.8, 0.99, 0.99), (0.9, 0.99, 0.99), (0.95, 0.99, 0.99),
-                              (0.99, 0.99, 0.99))),
-    "SGP": ("sgp_alpha", (1.0, 5.0, 10.0, 20.0)),
-    "EWC": ("ewc_lambda", (1.0, 10.0, 100.0, 1000.0)),
+    "MoCL": ("beta", (3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)),
+    "GPM": ("gpm_threshold", tuple((0.8, t, t) for t in (0.8, 0.9, 0.93, 0.95, 0.97, 0.99))),
+    "SGP": ("sgp_alpha", (5.0, 10.0, 20.0, 50.0, 100.0, 200.0)),
+    "EWC": ("ewc_lambda", (1.0, 3.0, 10.0, 30.0, 100.0, 1000.0)),
+    "K-FAC Laplace": ("kfac_lambda", (1.0, 3.0, 10.0, 30.0, 100.0, 1000.0)),
 }
 
 
@@ -401,6 +410,31 @@ def fisher_top_share(stats: list[tuple[torch.Tensor, torch.Tensor]], frac: float
         lam = np.sort(np.outer(factor_eigen(G)[0].numpy(), factor_eigen(A)[0].numpy()).ravel())[::-1]
         k = max(1, int(lam.size * frac))
         out.append(float(lam[:k].sum() / lam.sum()))
+    return out
+
+
+def init_statistics(cfg: Config, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``layer_statistics`` of the network at initialisation on task 1's first ``n_memory`` images.
+
+    The control for the tail index: the same weights ``run_stream`` starts from on
+    ``seed``, labels sampled with a generator of their own (the runs' are untouched).
+    """
+    task = make_benchmark(cfg.benchmark, cfg.n_tasks, seed, cfg.n_train)[0]
+    weights = init_mlp(cfg.sizes, torch.Generator().manual_seed(seed))
+    return layer_statistics(weights, task.X_train[:cfg.n_memory], task.classes,
+                            torch.Generator().manual_seed(seed + 7919))
+
+
+def fisher_tail_index(stats: list[tuple[torch.Tensor, torch.Tensor]], frac: float = 0.05) -> list[float]:
+    """Per layer, the Hill tail index of the K-FAC Fisher spectrum ``lam_G (x) lam_A`` (top ``frac``).
+
+    [reconstruction] the tail fit the heavy-tail claim needs (smaller: heavier).
+    """
+    out = []
+    for a, g in stats:
+        A, G = kfac_factors(a, g)
+        lam = np.outer(factor_eigen(G)[0].numpy(), factor_eigen(A)[0].numpy())
+        out.append(hill_tail_index(lam, frac))
     return out
 
 

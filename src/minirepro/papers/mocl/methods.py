@@ -390,3 +390,65 @@ class MoCL(Method):
         if not self.state:
             return None
         return [float(s.M.mean()) for s in self.state]
+
+
+# --------------------------------------------------------------------------- online K-FAC Laplace
+
+
+def kfac_proximal_direction(grad: torch.Tensor, W: torch.Tensor, W_star: torch.Tensor,
+                            U_G: torch.Tensor, lam_G: torch.Tensor, U_A: torch.Tensor,
+                            lam_A: torch.Tensor, lam: float, lr: float) -> torch.Tensor:
+    r"""Eq. (mocl-eq-kfac): the proximal step on the Kronecker Laplace penalty, as a direction (out, in).
+
+    The penalty :math:`\frac{\lambda}{2}\,\mathrm{vec}(W - W^*)^\top (A \otimes G)\,\mathrm{vec}(W - W^*)`
+    has the gradient :math:`\lambda\, G (W - W^*) A`, diagonal in the Kronecker eigenbasis
+    with eigenvalues :math:`\lambda^G_i \lambda^A_j`. There the implicit step is per coordinate,
+    ``d = (g + lam L (W - W*)) / (1 + lr lam L)`` (``L = lam_G lam_A^T``), stable for every
+    ``lam``; it is rotated back with ``U_G . U_A^T``.
+    """
+    if grad.shape != W.shape or W.shape != W_star.shape or grad.shape != (U_G.shape[0], U_A.shape[0]):
+        raise ValueError(f"shapes disagree: grad {tuple(grad.shape)}, W {tuple(W.shape)}, "
+                         f"U_G {tuple(U_G.shape)}, U_A {tuple(U_A.shape)}")
+    L = torch.outer(lam_G, lam_A)
+    g = U_G.T @ grad @ U_A
+    dw = U_G.T @ (W - W_star) @ U_A
+    return U_G @ ((g + lam * L * dw) / (1.0 + lr * lam * L)) @ U_A.T
+
+
+@dataclass
+class KFACLaplace(Method):
+    r"""[reconstruction] Online K-FAC Laplace (Ritter et al., 2018): a Kronecker-factored quadratic penalty.
+
+    The prior art closest to MoCL: it works in the same Kronecker eigenbasis, but pulls
+    the weights back to the last task's solution with the curvature as a spring
+    instead of gating the gradient. Tasks are summed into the factors,
+    :math:`\sum_t A_t \otimes \sum_t G_t / T` (exact when every task has the same
+    factors; Ritter et al. also sum), and the anchor is the last task's weights (online).
+    """
+
+    lam: float = 10.0
+    lr: float = 0.05
+    tasks: int = 0
+    A: list[torch.Tensor] = field(default_factory=list)
+    G: list[torch.Tensor] = field(default_factory=list)
+    eig: list[tuple[torch.Tensor, ...]] = field(default_factory=list)
+    anchor: list[torch.Tensor] = field(default_factory=list)
+
+    def transform(self, grads, weights):
+        if not self.eig:
+            return grads
+        return [kfac_proximal_direction(g, W.detach(), W0, *e, self.lam, self.lr)
+                if self.protected(li) else g
+                for li, (g, W, W0, e) in enumerate(zip(grads, weights, self.anchor, self.eig))]
+
+    def remember(self, weights, task, stats):
+        new = [kfac_factors(a, g) for a, g in stats]
+        self.tasks += 1
+        self.A = [An for An, _ in new] if not self.A else [A + An for A, (An, _) in zip(self.A, new)]
+        self.G = [Gn for _, Gn in new] if not self.G else [G + Gn for G, (_, Gn) in zip(self.G, new)]
+        self.eig = []
+        for A, G in zip(self.A, self.G):
+            lam_G, U_G = factor_eigen(G / self.tasks)
+            lam_A, U_A = factor_eigen(A)
+            self.eig.append((U_G, lam_G, U_A, lam_A))
+        self.anchor = [W.detach().clone() for W in weights]

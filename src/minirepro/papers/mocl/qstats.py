@@ -141,3 +141,22 @@ def effective_rank(p: np.ndarray, q: float) -> float:
     if abs(q - 1.0) < _Q_ONE:
         return float(np.exp(-(nz * np.log(nz)).sum()))
     return float((nz ** q).sum() ** (1.0 / (1.0 - q)))
+
+
+def hill_tail_index(values: np.ndarray, frac: float = 0.05) -> float:
+    r"""[reconstruction] Hill's (1975) estimator of a power-law tail index from the top ``frac`` of ``values``.
+
+    With the values sorted in decreasing order and ``k = ceil(frac n)``,
+    :math:`\hat\alpha = \big[\frac{1}{k}\sum_{i=1}^{k} \ln(x_{(i)} / x_{(k+1)})\big]^{-1}`,
+    the index of a tail :math:`P(X > x) \propto x^{-\alpha}`: the smaller, the heavier
+    (below 2 the variance is infinite). Only positive values count.
+    """
+    x = np.sort(np.asarray(values, dtype=np.float64).ravel())[::-1]
+    x = x[x > 0]
+    if not 0 < frac < 1:
+        raise ValueError(f"frac must be in (0, 1), got {frac}")
+    k = int(np.ceil(frac * x.size))
+    if k < 2 or k >= x.size:
+        raise ValueError(f"need at least {int(np.ceil(2 / frac)) + 1} positive values for frac={frac}, "
+                         f"got {x.size}")
+    return float(1.0 / np.mean(np.log(x[:k] / x[k])))
