@@ -50,7 +50,7 @@ class LMSettingConfig(ScaledConfig):
     batch_size: int = 16           # pairs per step
     lr: float = 3e-4               # Adam learning rate (all methods)
     n_eval: int = 24               # policy samples per prompt per evaluation
-    eval_every: int = 10           # steps between evaluations
+    eval_every: int = 20           # steps between evaluations (start and end at book scale)
     n_seeds: int = 3               # training seeds (3 fit the book-scale time budget)
     tdpo_alpha: float = 0.5        # (read by method_loss; TDPO is not run by default)
     tbpo_member: str = "logistic"  # Bregman member inside TBPO-Q / TBPO-A
@@ -58,7 +58,7 @@ class LMSettingConfig(ScaledConfig):
     methods: tuple[str, ...] = ("DPO", "TBPO-A")
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {"substrate": "smoke", "n_pairs": 48, "steps": 6, "n_eval": 8, "eval_every": 3,
+        "smoke": {"substrate": "smoke", "n_pairs": 48, "steps": 6, "n_eval": 8, "eval_every": 6,
                   "n_seeds": 1},
         "book": {},
         "full": {"n_pairs": 2048, "steps": 200, "n_eval": 128, "eval_every": 20, "n_seeds": 5,
