@@ -504,7 +504,8 @@ def grade(chapter_name: str, submission: Path, out: Path | None = None,
         w.writerow(["student", *names, "score", "possible", "error"])
         for g in grades:
             by = {q.name: q.score for q in g.questions}
-            w.writerow([g.student, *[by.get(n, 0) for n in names], g.score, g.possible, g.error])
+            w.writerow([g.student, *[round(by.get(n, 0), 3) for n in names], round(g.score, 3),
+                        round(g.possible, 3), g.error])
     return grades
 
 
@@ -536,3 +537,55 @@ def all_chapters(root: Path | None = None) -> list[str]:
     root = root or repo_root()
     known = {c.name for c in discover(root)}
     return [n for n in registered_chapters(root) if n in known]
+
+
+# --------------------------------------------------------------------------- the guide's sample
+SAMPLE_CHAPTER = "spreadsheetarena"
+SAMPLE_REPORT = Path("book") / "lab-report.txt"
+
+
+def sample_class(folder: Path, root: Path | None = None) -> Path:
+    """A class of two for the teacher's guide, made by the tools themselves.
+
+    ``ada`` hands in the instructor's notebook and a real smoke-scale run of the
+    exercise's command (``minirepro run``, recorded under her ``runs/``); ``bob`` hands
+    in the student edition with one wrong answer and a run folder that does not exist.
+    """
+    from minirepro.runner import run_chapter
+
+    root = root or repo_root()
+    spec = load_spec(SAMPLE_CHAPTER, root)
+    built = build_lab(SAMPLE_CHAPTER, folder / "pack", root)
+    ada, bob = folder / "class" / "ada", folder / "class" / "bob"
+    ada.mkdir(parents=True)
+    bob.mkdir(parents=True)
+    shutil.copy(built["autograder"] / f"{SAMPLE_CHAPTER}.ipynb", ada)
+    run_q = next(yaml.safe_load(spec.path.read_text())["questions"][i]["run"]
+                 for i, q in enumerate(spec.questions) if q.name.startswith("run_"))
+    run_chapter(SAMPLE_CHAPTER, dict(run_q.get("params") or {}), scale=run_q.get("scale"),
+                runs_dir=ada / "runs", root=root, quiet_bars=True)
+    nb = nbformat.read(built["student"] / f"{SAMPLE_CHAPTER}.ipynb", as_version=4)
+    for cell in nb.cells:
+        cell.source = (cell.source.replace("elo_gap = ...", "elo_gap = 200.0")
+                       .replace("run_folder = ...", f"run_folder = 'runs/{SAMPLE_CHAPTER}/my-run'"))
+    nbformat.write(nb, bob / f"{SAMPLE_CHAPTER}.ipynb")
+    return folder / "class"
+
+
+def write_sample_report(root: Path | None = None) -> Path:
+    """``book/lab-report.txt``: the grade report of :func:`sample_class`, with its command."""
+    root = root or repo_root()
+    with tempfile.TemporaryDirectory(prefix="minirepro-sample-") as tmp:
+        klass = sample_class(Path(tmp), root)
+        grades = grade(SAMPLE_CHAPTER, klass, out=Path(tmp) / "grades", root=root)
+        text = (f"$ minirepro lab grade {SAMPLE_CHAPTER} class/ --out class-grades\n"
+                + report(SAMPLE_CHAPTER, grades)
+                + "\n$ cat class-grades/grades.csv\n"
+                + (Path(tmp) / "grades" / "grades.csv").read_text(encoding="utf-8"))
+    dest = root / SAMPLE_REPORT
+    dest.write_text(text, encoding="utf-8")
+    return dest
+
+
+if __name__ == "__main__":  # python -m minirepro.labs: re-make the guide's sample report
+    print(write_sample_report())
