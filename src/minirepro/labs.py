@@ -204,7 +204,12 @@ def load_spec(chapter_name: str, root: Path | None = None) -> LabSpec:
               f"{', '.join(exercises)}")
         public, hidden = list(q.get("public") or []), list(q.get("hidden") or [])
         if "run" in q:
-            p, h = _run_tests(name, q["run"] or {}, chapter.name, path)
+            run = q["run"] or {}
+            try:  # the run the exercise asks for must be one `minirepro run` accepts
+                chapter.validate({**(run.get("params") or {}), "scale": run.get("scale", "book")})
+            except ChapterError as exc:
+                raise LabError(f"{path}: question {name}: run: {exc}") from None
+            p, h = _run_tests(name, run, chapter.name, path)
             public, hidden = p + public, h + hidden
         for t in public + hidden:
             _need(isinstance(t, dict) and set(t) <= TEST_KEYS and t.get("test") and t.get("hint"),

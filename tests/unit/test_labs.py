@@ -28,7 +28,7 @@ from minirepro.chapters import repo_root
 ROOT = repo_root()
 CLI = [sys.executable, "-m", "minirepro.cli"]
 REGISTERED = labs.registered_chapters(ROOT)
-GRADED = ["spreadsheetarena", "caffnet", "conservationbench"]  # graded end to end (fast set-ups)
+GRADED = ["spreadsheetarena", "debate2create", "conservationbench"]  # end to end (no torch)
 
 
 def _cli(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -117,6 +117,8 @@ def test_bad_specs_are_refused(tmp_path):
         "at least one hidden test": {**good, "questions": [{**good["questions"][0], "hidden": []}]},
         "needs `scaffold`": {**good, "questions": [{**good["questions"][0], "scaffold": ""}]},
         "chapter must be": {**good, "chapter": "ssa"},
+        "has no parameter 'opt_inq'": {**good, "questions": [
+            {**good["questions"][1], "run": {"params": {"opt_inq": 8}}}]},
     }
     for message, raw in bad_cases.items():
         (root / "labs" / "caffnet.yml").write_text(yaml.safe_dump(raw))
@@ -194,8 +196,8 @@ def _fake_run(folder: Path, chapter: str, spec_path: Path, question: str, **over
 WRONG = {  # a wrong answer per graded chapter, and a hint its report must show
     "spreadsheetarena": ("elo_gap = ...", "elo_gap = 200.0",
                          "Odds of 10 to 1 fix the gap of the two strengths"),
-    "caffnet": ("n_subsets_12 = ...", "n_subsets_12 = 2 ** 12 - 1",
-                "Count the subsets with at least one and at most n rows"),
+    "debate2create": ("agent_calls = ...", "agent_calls = 5 * 2",
+                      "Count every call of one round - per thesis and once per round"),
     "conservationbench": ("answer_ex2 = ...", "answer_ex2 = 0.8 * 0.2",
                           "The two answers of a pair are independent"),
 }
@@ -248,13 +250,17 @@ def test_grading_passes_the_solution_and_fails_a_wrong_answer(pack, chapter, tmp
     (["lab", "grade", "caffnet"], "usage: minirepro lab grade CHAPTER SUBMISSION"),
     (["lab", "grade", "caffnet", "."], "no such autograder zip"),
 ])
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, expect):
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys, args, expect):
+    from minirepro.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MINIREPRO_ROOT", str(ROOT))
     extra = ["--autograder", str(tmp_path / "none.zip")] if args[-1] == "." else []
     out = tmp_path / "out"
-    proc = _cli(*args, *extra, "--out", str(out), cwd=tmp_path, env={"MINIREPRO_ROOT": str(ROOT)})
-    assert proc.returncode == 2, proc.stderr
-    assert expect in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
-    assert not out.exists()
+    assert main([*args, *extra, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert expect in err and err.count("\n") == 1, err
+    assert not out.exists() and not (ROOT / "_build" / "labs" / "grades" / "nosuch").exists()
 
 
 def test_a_registered_chapter_without_a_spec_stops_lab_all(tmp_path):
@@ -303,3 +309,18 @@ def test_value_checks():
     assert not lab_checks.is_number(...) and not lab_checks.is_number("1")
     assert lab_checks.close([1, 2.0], (1, 2.0 + 1e-12)) and not lab_checks.close(1, 1.1)
     assert lab_checks.close(True, True) and not lab_checks.close(0, False)
+
+
+def test_the_guides_sample_report_is_current():
+    """book/lab-report.txt (made by `python -m minirepro.labs`) shows a pass and a fail,
+    with hints that are the current spec's."""
+    text = (ROOT / labs.SAMPLE_REPORT).read_text()
+    spec = labs.load_spec(labs.SAMPLE_CHAPTER, ROOT)
+    hints = {t["hint"] for q in spec.questions for t in q.public + q.hidden}
+    shown = [ln.split("hint: ", 1)[1] for ln in text.splitlines() if "hint: " in ln]
+    assert shown and set(shown) <= hints
+    assert "passed" in text and "FAILED" in text
+    for q in spec.questions:
+        assert q.name in text
+        for ln in _lines(q.solution, 12):
+            assert ln not in text
