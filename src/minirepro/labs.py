@@ -434,11 +434,34 @@ def _as_zip(sub: Path, tmp: Path) -> Path:
     return dest
 
 
+@contextlib.contextmanager
+def _ipc_kernels():
+    """otter's kernels on private Unix sockets (:mod:`minirepro.kernels`): with TCP, two
+    kernels started at once by parallel grading can race for a port."""
+    import nbconvert.preprocessors as pre
+    from traitlets import default
+
+    from minirepro.kernels import AsyncIPCKernelManager
+
+    original = pre.ExecutePreprocessor
+
+    class IPCExecutePreprocessor(original):
+        @default("kernel_manager_class")
+        def _kernel_manager_class_default(self):
+            return AsyncIPCKernelManager
+
+    pre.ExecutePreprocessor = IPCExecutePreprocessor  # otter imports it at call time
+    try:
+        yield
+    finally:
+        pre.ExecutePreprocessor = original
+
+
 def _grade_one(student: str, sub: Path, autograder: Path, tmp: Path) -> Grade:
     from otter.run import main as otter_run
 
     try:
-        with _quiet():
+        with _quiet(), _ipc_kernels():
             results = otter_run(str(_as_zip(sub, tmp)), autograder=str(autograder),
                                 output_dir=None, no_logo=True)
     except Exception as exc:  # a notebook of another lab, an unreadable file
