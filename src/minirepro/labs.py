@@ -387,6 +387,7 @@ class QuestionGrade:
     score: float
     possible: float
     hints: list[str]
+    exercise: str = ""  # the chapter's exercise label
 
     @property
     def passed(self) -> bool:
@@ -522,8 +523,11 @@ def grade(chapter_name: str, submission: Path, out: Path | None = None,
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
                 grades = list(pool.map(_grade_one, *zip(*args)))
     order = {q.name: i for i, q in enumerate(spec.questions)}
+    labels = {q.name: q.exercise for q in spec.questions}
     for g in grades:  # the spec's order, not otter's
         g.questions.sort(key=lambda q: order.get(q.name, len(order)))
+        for q in g.questions:
+            q.exercise = labels.get(q.name, "")
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(report(spec.chapter.name, grades), encoding="utf-8")
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as f:
@@ -544,10 +548,12 @@ def report(chapter_name: str, grades: list[Grade]) -> str:
         if g.error:
             lines.append(f"{g.student}: {g.error}")
             continue
-        lines.append(f"{g.student}: {g.score:g} of {g.possible:g} points")
+        lines.append(f"{g.student}: {g.score:.3g} of {g.possible:g} points")
         for q in g.questions:
             state = "passed" if q.passed else "FAILED"
-            lines.append(f"  {q.name:<24} {state:<7} {q.score:g}/{q.possible:g}")
+            points = f"{q.score:.3g}/{q.possible:g}"
+            lines.append(f"  {q.name:<20} {state:<7} {points:<9}"
+                         + (f" ({q.exercise})" if q.exercise else "").rstrip())
             lines.extend(f"      hint: {h}" for h in q.hints)
     return "\n".join(lines) + "\n"
 
@@ -555,7 +561,8 @@ def report(chapter_name: str, grades: list[Grade]) -> str:
 def write_json_summary(grades: list[Grade]) -> str:
     return json.dumps([{"student": g.student, "score": g.score, "possible": g.possible,
                         "error": g.error,
-                        "questions": {q.name: {"score": q.score, "possible": q.possible,
+                        "questions": {q.name: {"exercise": q.exercise, "score": q.score,
+                                               "possible": q.possible,
                                                "passed": q.passed, "hints": q.hints}
                                       for q in g.questions}} for g in grades], indent=1)
 
