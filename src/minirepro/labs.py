@@ -196,7 +196,7 @@ def load_spec(chapter_name: str, root: Path | None = None) -> LabSpec:
     for q in raw.get("questions") or []:
         _need(isinstance(q, dict) and set(q) <= QUESTION_KEYS, path,
               f"a question has unknown keys; allowed: {', '.join(sorted(QUESTION_KEYS))}")
-        name = q.get("name", "")
+        name = str(q.get("name", ""))
         _need(name.isidentifier() and not keyword.iskeyword(name) and name not in names, path,
               f"question name {name!r} must be a new Python identifier")
         names.add(name)
