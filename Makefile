@@ -4,7 +4,7 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help install book test unit goldens-check goldens-portable smoke goldens ledger lint lock clean browser
+.PHONY: help install book test unit goldens-check goldens-portable smoke goldens ledger lint lock clean browser labs lab-report
 
 PYTHON ?= python3
 VENV := .venv
@@ -19,6 +19,7 @@ help:
 	@echo "make smoke    build the book at smoke scale (warnings are errors)"
 	@echo "make goldens  re-make the smoke goldens (after changing a chapter)"
 	@echo "make ledger   re-run every chapter at book scale and refresh the claims ledger"
+	@echo "make labs     the course pack: student editions and autograders in _build/labs"
 	@echo "make lock     re-write requirements.lock from the installed environment"
 	@echo "make clean    remove the build, the runs and the venv"
 
@@ -70,6 +71,14 @@ goldens: install
 
 ledger: install
 	$(BIN)/minirepro claims --update
+
+# Course labs (book/teaching.md): every student edition and autograder in _build/labs/;
+# lab-report re-makes the guide's sample grade report (one real smoke-scale run).
+labs: install
+	$(BIN)/minirepro lab --all
+
+lab-report: install
+	$(BIN)/python -m minirepro.labs
 
 lint: install
 	$(BIN)/ruff check src tests/unit

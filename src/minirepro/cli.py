@@ -195,6 +195,40 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _cmd_lab(args) -> int:
+    import time
+
+    from minirepro import labs
+
+    words = list(args.args)
+    chapters = ", ".join(c.name for c in discover())
+    if words[:1] == ["grade"]:
+        if args.jobs is not None and args.jobs < 1:
+            return _fail(f"-j must be at least 1, got {args.jobs}")
+        if args.all or len(words) != 3:
+            return _fail("usage: minirepro lab grade CHAPTER SUBMISSION (a notebook, an otter zip, "
+                         f"a student's folder or a class folder); chapters: {chapters}")
+        grades = labs.grade(words[1], Path(words[2]), out=Path(args.out) if args.out else None,
+                            autograder=Path(args.autograder) if args.autograder else None,
+                            jobs=args.jobs)
+        print(labs.write_json_summary(grades) if args.json else labs.report(words[1], grades), end="")
+        out = Path(args.out) if args.out else labs.default_out() / "grades" / get(words[1]).name
+        print(f"grades: {out / 'grades.csv'}, report: {out / 'report.md'}", file=sys.stderr)
+        return 0 if all(not g.error for g in grades) else 1
+    if args.autograder or args.json or args.jobs is not None:
+        return _fail("--autograder, --json and -j go with `minirepro lab grade`")
+    if args.all == bool(words) or len(words) > 1:
+        return _fail(f"give one chapter or --all (chapters: {chapters}); to grade: "
+                     "minirepro lab grade CHAPTER SUBMISSION")
+    names = labs.all_chapters() if args.all else [get(words[0]).name]
+    start = time.perf_counter()
+    built = labs.build_labs(names, Path(args.out) if args.out else None)
+    for name, parts in built.items():
+        print(f"{name}: student edition {parts['student']}, autograder {parts['autograder']}")
+    print(f"built {len(built)} lab(s) in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
 def _cmd_artifacts(args) -> int:
     from minirepro.core import artifacts
 
@@ -246,13 +280,32 @@ def _cmd_artifacts(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="minirepro", description="Run the chapters of the minirepro book.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
-                                metavar="{list,run,sweep,claims,goldens,book,bench,artifacts,arena,"
-                                        "conservationbench}")
+                                metavar="{list,run,sweep,claims,goldens,book,bench,artifacts,lab,"
+                                        "arena,conservationbench}")
     _add_run_commands(sub)
     _add_ledger_commands(sub)
     _add_build_commands(sub)
+    _add_lab_commands(sub)
     _add_app_commands(sub)
     return parser
+
+
+def _add_lab_commands(sub: argparse._SubParsersAction) -> None:
+    """``lab``: student editions and grading (otter-grader; see book/teaching.md)."""
+    p = sub.add_parser("lab", help="course labs: student editions (otter-grader) and grading",
+                       description="minirepro lab CHAPTER [--out DIR] | lab --all [--out DIR] | "
+                                   "lab grade CHAPTER SUBMISSION [--out DIR] [--autograder ZIP]")
+    p.add_argument("args", nargs="*", metavar="CHAPTER | grade CHAPTER SUBMISSION",
+                   help="a chapter (its student edition and autograder), or `grade` with a "
+                        "chapter and a notebook, an otter zip, a student's folder or a class folder")
+    p.add_argument("--all", action="store_true", help="every chapter in _toc.yml: the course pack")
+    p.add_argument("--out", help="output folder (default: _build/labs, grades in "
+                                 "_build/labs/grades/CHAPTER)")
+    p.add_argument("--autograder", help="with grade: an autograder zip (default: built from the spec)")
+    p.add_argument("--json", action="store_true", help="with grade: print the grades as JSON")
+    p.add_argument("-j", "--jobs", type=int, default=None,
+                   help="with grade: submissions graded at once (default: the cores)")
+    p.set_defaults(func=_cmd_lab)
 
 
 def _add_run_commands(sub: argparse._SubParsersAction) -> None:
