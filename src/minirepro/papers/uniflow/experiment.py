@@ -55,7 +55,7 @@ class Config(ScaledConfig):
     methods: tuple[str, ...] = METHODS
     text_only: bool = True
     PRESETS: ClassVar = {
-        "smoke": {"rounds": 3, "n_seeds": 2, "n_test": 100, "lam_grid": (1.0,), "lam_seeds": 1,
+        "smoke": {"rounds": 3, "n_seeds": 1, "n_test": 100, "lam_grid": (1.0,), "lam_seeds": 1,
                   "eval_every": 1},
         "book": {},
         "full": {"rounds": 30, "n_seeds": 10, "n_train": 900, "clients_per_modality": 5},
@@ -323,7 +323,7 @@ def final(table: pd.DataFrame, arm: str = "main") -> pd.DataFrame:
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
     """Mean and spread over seeds of the final accuracy, mean error and drift, bytes per round."""
     f = final(table)
-    return seed_summary(f, ["method"], ["accuracy", "mean error", "mean drift", "bytes/round"], index=False)
+    return seed_summary(f, "method", ["accuracy", "mean error", "mean drift", "bytes/round"], index=False)
 
 
 def per_seed(table: pd.DataFrame, column: str, arm: str = "main", by: str = "method") -> pd.DataFrame:
