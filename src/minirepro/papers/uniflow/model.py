@@ -23,7 +23,7 @@ SHORT = {"q_proj": "q", "v_proj": "v", "up_proj": "up", "down_proj": "down"}
 
 
 def load_backbone(name: str = "lm-v2-smoke") -> nn.Module:
-    """The frozen decoder (``LlamaModel``) of a shipped v2 LM artifact, eval mode, no gradients."""
+    """[reconstruction] The frozen decoder (``LlamaModel``) of a shipped v2 LM artifact, eval mode, no gradients."""
     from minirepro.core.artifacts import verified_folder
     from minirepro.core.lm.models_v2 import load_lm
 
@@ -35,7 +35,7 @@ def load_backbone(name: str = "lm-v2-smoke") -> nn.Module:
 
 
 class GroupedLinear(nn.Module):
-    """A bias-free linear map per group: ``x`` ``(G*b, T, in)`` -> ``(G*b, T, out)``, weight ``(G, out, in)``."""
+    """Eq. (uniflow-eq-lora), batched: a bias-free linear map per group: ``x`` ``(G*b, T, in)`` -> ``(G*b, T, out)``, weight ``(G, out, in)``."""
 
     def __init__(self, groups: int, d_in: int, d_out: int) -> None:
         super().__init__()
@@ -49,7 +49,7 @@ class GroupedLinear(nn.Module):
 
 
 class GroupedBase(nn.Module):
-    """The frozen base linear plus a per-group dense change ``D`` ``(G, out, in)`` (FedEx, FLoRA)."""
+    """Eqs. (uniflow-eq-fedex, uniflow-eq-flora): the frozen base linear plus a per-group dense change ``D`` ``(G, out, in)`` (FedEx, FLoRA)."""
 
     def __init__(self, base: nn.Linear, groups: int) -> None:
         super().__init__()

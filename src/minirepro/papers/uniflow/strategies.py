@@ -48,7 +48,7 @@ METHODS: tuple[str, ...] = ("FedIT", "FFA-LoRA", "FLoRA", "FedSA-LoRA", "FedEx-L
 
 @dataclass(frozen=True)
 class LoRASpec:
-    """The LoRA modules' names and shapes, the rank and peft's scaling ``alpha / r``."""
+    """Eq. (uniflow-eq-lora): the LoRA modules' names and shapes, the rank and peft's scaling ``alpha / r``."""
 
     modules: tuple[tuple[str, int, int], ...]  # (name, d_out, d_in)
     rank: int
@@ -237,7 +237,7 @@ class LoRAStrategy(Strategy):
 
 
 def fit_res(named: dict[str, np.ndarray], num_examples: int, modality: str) -> FitRes:
-    """A client's reply: its uploaded arrays as a Flower ``FitRes``."""
+    """[reconstruction] A client's reply: its uploaded arrays as a Flower ``FitRes``."""
     params, names = pack(named)
     return FitRes(Status(Code.OK, "ok"), params, int(num_examples),
                   {"names": names, "modality": modality})
