@@ -55,7 +55,7 @@ class Config(ScaledConfig):
     methods: tuple[str, ...] = METHODS
     text_only: bool = True
     PRESETS: ClassVar = {
-        "smoke": {"rounds": 3, "n_seeds": 1, "n_test": 100, "lam_grid": (1.0,), "lam_seeds": 1,
+        "smoke": {"rounds": 2, "n_seeds": 1, "n_test": 60, "lam_grid": (1.0,), "lam_seeds": 1,
                   "eval_every": 1},
         "book": {},
         "full": {"rounds": 30, "n_seeds": 10, "n_train": 900, "clients_per_modality": 5},
