@@ -3,7 +3,7 @@
 References: ``numpy.linalg.lstsq`` (FedA²'s ridge ``B+`` as an augmented least-squares
 problem), the exact average update ``sum_i p_i B_i A_i`` formed by a plain loop, tensor
 sizes for the byte counts, an unmodified ``peft`` model for the batched multi-client
-forward, and (when ``flwr`` is installed) one round through a real Flower gRPC server.
+forward, and one round through a real Flower gRPC server.
 """
 
 from __future__ import annotations
@@ -347,7 +347,7 @@ def _free_port() -> int:
 
 
 def test_one_round_through_a_real_flower_server_gives_the_same_aggregate():
-    flwr = pytest.importorskip("flwr")
+    import flwr
     from flwr.compat.client.app import start_client
     from flwr.compat.server.app import start_server
     from flwr.server import ServerConfig

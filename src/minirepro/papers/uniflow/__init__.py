@@ -3,7 +3,7 @@
 * ``aggregation``: the server-side rules on one LoRA module (FedIT averages, FedA²-LoRA's
   ridge ``B+``, FedEx-LoRA's residual, FLoRA's stacking), the aggregation error and A drift.
 * ``strategies``: the six aggregators as Flower ``Strategy`` classes and the client's side
-  of a message; ``flower``: ``flwr``'s classes, or a field-for-field stand-in without it.
+  of a message; ``flower``: ``flwr``'s message types and an in-process client manager.
 * ``data``: digit images, synthetic "speech" spectrograms, token sequences; Dirichlet split.
 * ``model``: projectors -> frozen v2 LM with peft LoRA -> head, for many clients at once.
 * ``experiment``: the chapter's config and the federated rounds; ``plots``: the figures.
@@ -42,7 +42,7 @@ from minirepro.papers.uniflow.experiment import (
     start_accuracy,
     summarise,
 )
-from minirepro.papers.uniflow.flower import HAVE_FLWR, InProcessClientManager, pack, unpack
+from minirepro.papers.uniflow.flower import InProcessClientManager, pack, unpack
 from minirepro.papers.uniflow.model import GroupedUniModel, load_backbone
 from minirepro.papers.uniflow.strategies import (
     METHODS,
@@ -58,7 +58,7 @@ from minirepro.papers.uniflow.strategies import (
 METHOD_MODULES = ("aggregation", "strategies", "model")
 
 __all__ = [
-    "Config", "Experiment", "GroupedUniModel", "HAVE_FLWR", "InProcessClientManager", "LoRASpec",
+    "Config", "Experiment", "GroupedUniModel", "InProcessClientManager", "LoRASpec",
     "LoRAStrategy", "METHODS", "MODALITIES", "RunSpec", "a_drift", "aggregation", "check_factors",
     "client_update", "dirichlet_split", "fedavg", "feda2_b", "fedex_residual", "fedit", "final",
     "fit_res", "flora_stack", "initial_arrays", "label_skew", "load_backbone", "make_federation",
