@@ -120,12 +120,13 @@ def _execute_one(path: str, env: dict[str, str], timeout: int, exts: list[str]) 
     os.environ.update(env)
     started = time.time()
     nb = read_notebook(Path(path), MdParserConfig(enable_extensions=set(exts)))
-    from minirepro.kernels import AsyncIPCKernelManager
+    from minirepro.kernels import SHUTDOWN, AsyncIPCKernelManager
 
     try:
         result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout,
                                      allow_errors=False, meta_override=True,
-                                     kernel_manager_class=AsyncIPCKernelManager)
+                                     kernel_manager_class=AsyncIPCKernelManager,
+                                     shutdown_kernel=SHUTDOWN)
     except Exception:  # noqa: BLE001 - a kernel that would not start: report, don't crash the pool
         return {"path": path, "seconds": round(time.time() - started, 2), "started": started,
                 "ended": time.time(), "error": traceback.format_exc(), "notebook": None}

@@ -65,3 +65,33 @@ def test_papermill_engine_minirepro_runs_the_kernel_on_unix_sockets(tmp_path):
                                progress_bar=False)
     text = nbformat.read(out, as_version=4).cells[0].outputs[0]["text"]
     assert json.loads(text)["transport"] == "ipc"
+
+
+def test_a_finished_notebooks_kernel_and_its_children_are_stopped_at_once(tmp_path):
+    """The engine kills the kernel's process group when the notebook ends: no waiting for a slow
+    interpreter teardown (here a 5 s atexit handler), and no child the notebook started survives."""
+    import time
+
+    import papermill
+    import psutil
+
+    code = ("import atexit, os, subprocess, sys, time\n"
+            "atexit.register(time.sleep, 5)  # a teardown as slow as torch's, and slower\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "print(child.pid)")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    src, out = tmp_path / "in.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(nb, src)
+    papermill.execute_notebook(str(src), str(out), engine_name="minirepro", kernel_name="python3",
+                               progress_bar=False)
+    done = nbformat.read(out, as_version=4)
+    from dateutil.parser import parse
+
+    waited = parse(done.metadata.papermill["end_time"]) - parse(done.cells[0].metadata.papermill["end_time"])
+    assert waited.total_seconds() < 1.0, f"the kernel's teardown was waited for ({waited})"  # graceful: 2.6 s
+    child = int(done.cells[0].outputs[0]["text"])
+    deadline = time.time() + 5
+    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        assert time.time() < deadline, "a process the notebook started outlived its kernel"
+        time.sleep(0.1)

@@ -58,7 +58,7 @@ class LMSettingConfig(ScaledConfig):
     methods: tuple[str, ...] = ("DPO", "TBPO-A")
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {"substrate": "smoke", "n_pairs": 48, "steps": 6, "n_eval": 8, "eval_every": 6,
+        "smoke": {"substrate": "smoke", "n_pairs": 32, "steps": 4, "n_eval": 6, "eval_every": 4,
                   "n_seeds": 1},
         "book": {},
         "full": {"n_pairs": 2048, "steps": 200, "n_eval": 128, "eval_every": 20, "n_seeds": 5,

@@ -79,8 +79,8 @@ class Config(ScaledConfig):
     model_name: str | None = None  # LM setting only: a local checkpoint folder used instead of the shipped model
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {"n_pairs": 600, "fit_steps": 40, "steps": 20, "eval_every": 10,
-                  "n_eval": 96, "n_seeds": 1},
+        "smoke": {"n_pairs": 600, "fit_steps": 30, "steps": 20, "eval_every": 10,
+                  "n_eval": 64, "n_seeds": 1},
         "book": {},
         "full": {"n_pairs": 16000, "fit_steps": 600, "steps": 600, "eval_every": 30,
                  "n_eval": 1024, "n_seeds": 5, "hidden": 64, "layers": 2},
