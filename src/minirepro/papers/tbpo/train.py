@@ -79,7 +79,7 @@ class Config(ScaledConfig):
     model_name: str | None = None  # LM setting only: a local checkpoint folder used instead of the shipped model
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {"n_pairs": 600, "fit_steps": 30, "steps": 20, "eval_every": 10,
+        "smoke": {"n_pairs": 600, "fit_steps": 30, "steps": 10, "eval_every": 5,
                   "n_eval": 64, "n_seeds": 1},
         "book": {},
         "full": {"n_pairs": 16000, "fit_steps": 600, "steps": 600, "eval_every": 30,
