@@ -34,7 +34,7 @@ def _model(variant: str, beta: int = 0, seed: int = 0) -> MemoryLM:
     torch.manual_seed(seed)
     m = MemoryLM(Arch(variant, beta=beta, **SMALL)).eval()
     with torch.no_grad():  # non-trivial norms, so a wrong norm placement shows
-        for name, p in m.named_parameters():
+        for p in m.parameters():
             if p.ndim == 1:
                 p.copy_(1 + 0.3 * torch.randn_like(p))
             else:

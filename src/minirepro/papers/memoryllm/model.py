@@ -6,7 +6,7 @@
     the usual block, ``X' = X + Attn(N(X))``, ``X'' = X' + FFN(N'(X'))``: the FFN
     reads the residual stream. With the same weights it gives the same logits as
     ``transformers``' ``LlamaForCausalLM`` (a unit test).
-``"memory"`` (MemoryLLM, Eq. (1) of the paper)
+``"memory"`` (MemoryLLM, Eq. (memoryllm-eq-layer))
     ``X_{L+1} = X_L + Attn_L(X_L) + FFN_L(N_L(X_0))``: every layer's SwiGLU FFN reads
     the token embeddings ``X_0`` through its own RMSNorm, so its output depends on
     the token id only and can be precomputed for the whole vocabulary (a token-wise
@@ -37,7 +37,7 @@ VARIANTS: tuple[str, ...] = ("base", "memory", "flex")
 
 @dataclass(frozen=True)
 class Arch:
-    """Shape of one decoder.
+    """§3.1/§3.3: Shape of one decoder.
 
     Attributes:
         variant: ``"base"``, ``"memory"`` or ``"flex"``.
@@ -89,7 +89,7 @@ class Arch:
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm as in Llama: ``w · x / sqrt(mean(x²) + eps)`` computed in float32."""
+    """§3.1: RMSNorm as in Llama: ``w · x / sqrt(mean(x²) + eps)`` computed in float32."""
 
     def __init__(self, d: int, eps: float = 1e-5) -> None:
         super().__init__()
@@ -104,7 +104,7 @@ class RMSNorm(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """``down(silu(gate(x)) · up(x))``, no biases; ``3·d·width`` weights."""
+    """§3.1: ``down(silu(gate(x)) · up(x))``, no biases; ``3·d·width`` weights."""
 
     def __init__(self, d: int, width: int) -> None:
         super().__init__()
@@ -117,7 +117,7 @@ class SwiGLU(nn.Module):
 
 
 def rope_tables(head_dim: int, max_len: int, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """RoPE ``cos, sin`` tables ``(max_len, head_dim)`` in the rotate-half layout."""
+    """§3.1: RoPE ``cos, sin`` tables ``(max_len, head_dim)`` in the rotate-half layout."""
     inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
     ang = torch.outer(torch.arange(max_len, dtype=torch.float32), inv)
     emb = torch.cat([ang, ang], -1)
@@ -130,7 +130,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Causal grouped-query self-attention with RoPE and an optional key-value cache."""
+    """§3.1: Causal grouped-query self-attention with RoPE and an optional key-value cache."""
 
     def __init__(self, a: Arch) -> None:
         super().__init__()
@@ -161,7 +161,7 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    """One decoder block of any variant (see the module docstring)."""
+    """Eqs. (memoryllm-eq-layer, memoryllm-eq-flex): One decoder block of any variant (see the module docstring)."""
 
     def __init__(self, a: Arch) -> None:
         super().__init__()
@@ -179,7 +179,7 @@ class Block(nn.Module):
             self.mlp_c = SwiGLU(a.d, a.c_width)  # FFN-C on the residual stream
 
     def memory(self, x0: torch.Tensor) -> torch.Tensor:
-        """Eq. (1): the context-free contribution ``FFN_L(N_L(X_0))``, ``(..., d)``."""
+        """Eq. (memoryllm-eq-layer): the context-free contribution ``FFN_L(N_L(X_0))``, ``(..., d)``."""
         return self.mlp(self.x0_norm(x0))
 
     def forward(self, x: torch.Tensor, x0: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
@@ -195,7 +195,7 @@ class Block(nn.Module):
 
 
 class MemoryLM(nn.Module):
-    """A causal LM of :class:`Arch` with tied input and output embeddings.
+    """Eq. (memoryllm-eq-layer): A causal LM of :class:`Arch` with tied input and output embeddings.
 
     ``forward(ids, attention_mask=None, alpha=1.0, tol=None, drop_layer=None)`` gives
     logits ``(B, T, V)``. ``tol`` (a callable ``(layer, ids) -> (B, T, d)``, e.g. a
@@ -247,12 +247,12 @@ class MemoryLM(nn.Module):
 
 
 def n_params(model: nn.Module) -> int:
-    """Distinct parameters (the tied embedding counted once)."""
+    """§4.1: Distinct parameters (the tied embedding counted once)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
 def ffn_m_params(model: MemoryLM) -> int:
-    """Parameters of the FFNs that read ``X_0`` (the part a ToL replaces); 0 for base."""
+    """§4.1: Parameters of the FFNs that read ``X_0`` (the part a ToL replaces); 0 for base."""
     if model.arch.variant == "base":
         return 0
     return sum(p.numel() for layer in model.layers for p in layer.mlp.parameters()) + \
@@ -266,7 +266,7 @@ def active_params(model: MemoryLM) -> int:
 
 @torch.no_grad()
 def greedy_decode(model: MemoryLM, prompt: torch.Tensor, new_tokens: int, tol=None) -> torch.Tensor:
-    """Greedy decoding with a key-value cache: ``(1, T)`` prompt -> ``(new_tokens,)`` ids."""
+    """§4.7: Greedy decoding with a key-value cache: ``(1, T)`` prompt -> ``(new_tokens,)`` ids."""
     caches: list[dict] = [{} for _ in model.layers]
     logits = model(prompt, tol=tol, caches=caches)
     out, pos = [], prompt.shape[1]
@@ -280,5 +280,5 @@ def greedy_decode(model: MemoryLM, prompt: torch.Tensor, new_tokens: int, tol=No
 
 
 def log_ppl(nll: float, count: int) -> float:
-    """Perplexity from a summed NLL (nats) over ``count`` tokens."""
+    """§4.1: Perplexity from a summed NLL (nats) over ``count`` tokens."""
     return math.exp(nll / max(count, 1))

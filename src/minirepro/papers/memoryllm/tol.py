@@ -32,7 +32,7 @@ HEADER = "header.json"
 
 
 class ToLError(ValueError):
-    """A ToL file that is missing, truncated or corrupted, or a bad lookup."""
+    """§3.2: A ToL file that is missing, truncated or corrupted, or a bad lookup."""
 
 
 @torch.no_grad()
@@ -46,7 +46,7 @@ def build_tol(model: MemoryLM) -> torch.Tensor:
 
 @dataclass
 class QRows:
-    """Per-row affine codes: ``x ≈ lo + scale · code``; ``codes`` packed ``8 // bits`` per byte."""
+    """Eq. (memoryllm-eq-quant): Per-row affine codes: ``x ≈ lo + scale · code``; ``codes`` packed ``8 // bits`` per byte."""
 
     codes: np.ndarray     # (..., d * bits // 8) uint8
     scale: np.ndarray     # (...,) float32
@@ -80,14 +80,14 @@ def quantize_rows(x: np.ndarray, bits: int) -> QRows:
 
 
 def unpack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
-    """Unpack ``8 // bits`` codes per byte: ``(..., n) -> (..., n * 8 // bits)`` uint8."""
+    """Eq. (memoryllm-eq-quant): Unpack ``8 // bits`` codes per byte: ``(..., n) -> (..., n * 8 // bits)`` uint8."""
     per, mask = 8 // bits, (1 << bits) - 1
     parts = [(codes >> (bits * k)) & mask for k in range(per)]
     return np.stack(parts, -1).reshape(*codes.shape[:-1], codes.shape[-1] * per)
 
 
 def dequantize_rows(codes: np.ndarray, scale: np.ndarray, lo: np.ndarray, bits: int) -> np.ndarray:
-    """Inverse of :func:`quantize_rows`: ``lo + scale · code``, float32."""
+    """Eq. (memoryllm-eq-quant): Inverse of :func:`quantize_rows`: ``lo + scale · code``, float32."""
     q = unpack_codes(np.asarray(codes), bits).astype(np.float32)
     return np.asarray(lo, np.float32)[..., None] + np.asarray(scale, np.float32)[..., None] * q
 
@@ -105,7 +105,7 @@ def _sha(path: Path) -> str:
 
 
 def save_tol(table: torch.Tensor | np.ndarray, folder: str | Path, bits: int = 16) -> Path:
-    """Write a ``(N, |V|, d)`` table at ``bits`` ∈ {32, 16, 8, 4, 2} into ``folder`` (memmap-able)."""
+    """§3.2: Write a ``(N, |V|, d)`` table at ``bits`` ∈ {32, 16, 8, 4, 2} into ``folder`` (memmap-able)."""
     if bits not in BITS:
         raise ValueError(f"bits must be one of {BITS}, got {bits}")
     x = table.detach().float().numpy() if isinstance(table, torch.Tensor) else np.asarray(table, np.float32)
@@ -130,7 +130,7 @@ def save_tol(table: torch.Tensor | np.ndarray, folder: str | Path, bits: int = 1
 
 
 class ToL:
-    """A ToL read on demand: ``tol(layer, ids) -> (B, T, d)`` float32 (callable by the model).
+    """Eq. (memoryllm-eq-tol): A ToL read on demand: ``tol(layer, ids) -> (B, T, d)`` float32 (callable by the model).
 
     Built by :func:`open_tol` (memory-mapped) or :meth:`in_memory`. ``nbytes`` is the
     table's storage size, ``rows_read`` counts rows fetched so far.
@@ -173,7 +173,7 @@ class ToL:
 
 
 def open_tol(folder: str | Path, verify: bool = True) -> ToL:
-    """Memory-map the ToL in ``folder``; check sizes (and checksums when ``verify``).
+    """§3.2: Memory-map the ToL in ``folder``; check sizes (and checksums when ``verify``).
 
     Raises:
         ToLError: a missing header or file, a file whose size or sha256 does not match
