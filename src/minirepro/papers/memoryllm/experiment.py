@@ -28,16 +28,16 @@ FAMILIES = ("facts", "copy")
 class Config(ScaledConfig):
     """What the chapter evaluates (the variants themselves are a checked artifact)."""
 
-    n_seeds: int = 3
-    n_test: int = 1200
+    n_seeds: int = 2
+    n_test: int = 600
     alphas: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25, 0.0)
     tol_bits: tuple[int, ...] = (16, 8, 4, 2)
     timing_d: int = 384
     timing_tokens: int = 48
     timing_reps: int = 5
     PRESETS: ClassVar = {
-        "smoke": {"n_test": 300, "alphas": (1.0, 0.5, 0.0), "timing_d": 192, "timing_tokens": 16,
-                  "timing_reps": 3},
+        "smoke": {"n_test": 120, "alphas": (1.0, 0.5, 0.0), "tol_bits": (16, 4), "timing_d": 96, "timing_tokens": 12,
+                  "timing_reps": 2},
         "book": {},
         "full": {"timing_d": 768, "timing_tokens": 128, "timing_reps": 10},
     }
@@ -45,8 +45,8 @@ class Config(ScaledConfig):
     def __post_init__(self) -> None:
         self.alphas = tuple(float(a) for a in self.alphas)
         self.tol_bits = tuple(int(b) for b in self.tol_bits)
-        if not 2 <= int(self.n_seeds) <= 3:
-            raise ValueError(f"n_seeds must be 2 or 3 (the artifact holds 3 seeds), got {self.n_seeds}")
+        if not 1 <= int(self.n_seeds) <= 2:
+            raise ValueError(f"n_seeds must be 1 or 2 (the artifact holds 2 seeds), got {self.n_seeds}")
         if not 50 <= int(self.n_test) <= 1200:
             raise ValueError(f"n_test must be in 50..1200 (the corpus test split), got {self.n_test}")
         if not self.alphas or any(not 0.0 <= a <= 1.0 for a in self.alphas) or 1.0 not in self.alphas \
@@ -223,16 +223,21 @@ def reading(claims: list, variants: pd.DataFrame, facts_rise: np.ndarray, copy_r
     by = {c.id: c for c in claims}
     mean = variants.groupby("variant").log_ppl.mean()
     gap = mean["memory"] - mean["base"]
-    closed = {b: (mean["memory"] - mean[f"flex{b}"]) / gap if gap > 0 else float("nan") for b in (1, 2, 3)}
+    if gap > 0:
+        closed = ", ".join(f"{100 * (mean['memory'] - mean[f'flex{b}']) / gap:.0f}%" for b in (1, 2, 3))
+        flex = f"Flex with β = 1, 2, 3 closes {closed} of that gap"
+    else:
+        flex = "Base is not ahead of MemoryLLM here, so Flex has no gap to close"
+    split = ("the facts live in the lookups, the copy spans in attention"
+             if by["alpha-facts-vs-copy"].verdict == "reproduced"
+             else "the miniature does not show the paper's split between lookup and contextual tokens")
     parts = [
         f"At equal total parameters MemoryLLM's test log-perplexity is {gap:+.4f} nats from base's; "
         f"against the base of equal active parameters it is {mean['memory'] - mean['base-small']:+.4f} "
         f"nats (claim 1: **{by['equal-total-vs-active'].verdict}**).",
-        "Flex with β = 1, 2, 3 closes " + ", ".join(f"{100 * closed[b]:.0f}%" for b in (1, 2, 3))
-        + f" of that gap (claim 2: **{by['flex-closes-gap'].verdict}**).",
+        f"{flex} (claim 2: **{by['flex-closes-gap'].verdict}**).",
         f"Halving the lookups raises the facts' answer NLL by {facts_rise.mean():.2f} nats and the copy "
-        f"spans' by {copy_rise.mean():.2f} (claim 3: **{by['alpha-facts-vs-copy'].verdict}**): the facts "
-        "live in the FFNs, the copy spans in attention.",
+        f"spans' by {copy_rise.mean():.2f} (claim 3: **{by['alpha-facts-vs-copy'].verdict}**): {split}.",
         f"4-bit ToLs: **{by['tol-4bit'].verdict}** ({by['tol-4bit'].measured}).",
         f"Decode time (machine-dependent): **{by['decode-faster'].verdict}**; resident bytes: "
         f"**{by['resident-bytes'].verdict}**.",
