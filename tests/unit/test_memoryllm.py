@@ -197,3 +197,20 @@ def test_cached_decode_equals_full_forward(variant):
         for _ in range(6):
             seq = torch.cat([seq, m(seq)[:, -1:].argmax(-1)], 1)
     assert torch.equal(out, seq[0, 9:])
+
+
+@pytest.mark.parametrize("bad", [{"n_seeds": 5}, {"n_test": 10}, {"alphas": (1.0, 0.25)},
+                                 {"tol_bits": (16, 3)}, {"timing_d": 50}, {"timing_reps": 1}])
+def test_config_rejects_bad_values(bad):
+    from minirepro.papers.memoryllm import Config
+
+    with pytest.raises(ValueError):
+        Config(**bad)
+
+
+def test_cli_bad_parameter_exits_2_with_one_line(capsys):
+    from minirepro.cli import main
+
+    assert main(["run", "memoryllm", "--scale", "smoke", "-p", "n_test", "many"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "n_test" in err
