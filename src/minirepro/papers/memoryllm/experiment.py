@@ -182,10 +182,12 @@ def decode_timing(cfg: Config, vocab: int, folder: Path, seed: int = 0) -> tuple
     return pd.DataFrame(rows), memory
 
 
-def run_experiment(cfg: Config, workdir: Path | None = None, folder: Path | None = None) -> Results:
+def run_experiment(cfg: Config, seed: int = 0, workdir: Path | None = None,
+                   folder: Path | None = None) -> Results:
     """Every study on the artifact's variants (from ``folder``, default the checked artifact);
-    ToL files go to ``workdir`` (a temporary folder by default)."""
-    set_seed(0)
+    ``seed`` draws the random-weight timing decoders; ToL files go to ``workdir`` (a temporary
+    folder by default)."""
+    set_seed(seed)
     models, meta = load_variants(folder)
     tok = load_tokenizer(folder)
     seeds = list(meta["seeds"])[: cfg.n_seeds]
@@ -200,7 +202,7 @@ def run_experiment(cfg: Config, workdir: Path | None = None, folder: Path | None
         tol, identity = tol_study(models, enc, fams, seeds, cfg.tol_bits, work, ids)
         all_ids = torch.tensor([i for s in enc.ids for i in s])[None, :]
         layers = layer_study(models, enc, fams, seeds, all_ids)
-        timing, memory = decode_timing(cfg, meta["archs"]["base"]["vocab"], work)
+        timing, memory = decode_timing(cfg, meta["archs"]["base"]["vocab"], work, seed)
     return Results(variants, alpha, tol, layers, timing, memory, identity,
                    {"seeds": seeds, "archs": meta["archs"], "curves": meta["curves"],
                     "train_cpu_seconds": meta["train_cpu_seconds"], "n_test": len(examples)})

@@ -7,6 +7,7 @@ import pandas as pd
 
 from minirepro.core import color
 
+FAMILY_COLORS = {"facts": color("facts"), "copy": color("copy input")}
 LABELS = {"base": "base", "memory": "MemoryLLM", "flex1": "Flex β=1", "flex2": "Flex β=2",
           "flex3": "Flex β=3", "base-small": "base (equal active)"}
 
@@ -37,7 +38,7 @@ def plot_alpha_sweep(alpha: pd.DataFrame) -> plt.Figure:
         m = sub.groupby(["family", "alpha"]).nll.agg(["mean", "std"]).reset_index()
         for fam, mk in (("facts", "o"), ("copy", "s")):
             r = m[m.family == fam]
-            ax.errorbar(r.alpha, r["mean"], yerr=r["std"], marker=mk, capsize=3, color=color(fam),
+            ax.errorbar(r.alpha, r["mean"], yerr=r["std"], marker=mk, capsize=3, color=FAMILY_COLORS[fam],
                         label=f"{fam} answer tokens")
         ax.set_title(LABELS[name], fontsize=11)
         ax.set_xlabel("α (scale of the FFN output)")
