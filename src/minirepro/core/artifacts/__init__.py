@@ -73,6 +73,7 @@ RECIPE_MODULES: tuple[str, ...] = (
     "minirepro.papers.tasm.artifact",
     "minirepro.papers.tasm.spread_artifact",
     "minirepro.papers.model_dowser.artifact",
+    "minirepro.papers.memoryllm.artifact",
 )
 
 __all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",
