@@ -179,14 +179,12 @@ def test_the_ranges_agree_with_the_config(pkg):
     for p in params:
         if p.name not in fields:
             continue
-        scalar = p.type.replace("list[", "").rstrip("]")
-        for v in PROBES[scalar]:
-            value = [v] if p.type.startswith("list") else v
+        for v in PROBES.get(p.type, ()):  # lists may have rules across elements: presets only
             try:
-                cfg.from_params({p.name: value}, scale="smoke")
+                cfg.from_params({p.name: v}, scale="smoke")
             except (ValueError, TypeError):
                 with pytest.raises(chapters.ChapterError):  # the config refuses it: so must the range
-                    p.coerce(value)
+                    p.coerce(v)
         for scale in cfg.PRESETS:
             preset = getattr(cfg.preset(scale), p.name)
             if preset is not None:
