@@ -199,7 +199,7 @@ def test_cached_decode_equals_full_forward(variant):
     assert torch.equal(out, seq[0, 9:])
 
 
-@pytest.mark.parametrize("bad", [{"n_seeds": 5}, {"n_test": 10}, {"alphas": (1.0, 0.25)},
+@pytest.mark.parametrize("bad", [{"n_seeds": 6}, {"n_test": 10}, {"alphas": (1.0, 0.25)},
                                  {"tol_bits": (16, 3)}, {"timing_d": 50}, {"timing_reps": 1}])
 def test_config_rejects_bad_values(bad):
     from minirepro.papers.memoryllm import Config

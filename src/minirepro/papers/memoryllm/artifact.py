@@ -48,7 +48,7 @@ class VariantsRecipe:
     steps: int = 800
     batch_size: int = 32
     lr: float = 6e-3
-    seeds: tuple[int, ...] = (0, 1)
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     workers: int = 2
     corpus: dict = field(default_factory=lambda: asdict(corpus_config()))
 
@@ -79,7 +79,7 @@ def _job(args: tuple) -> tuple[str, int, dict, list[float], float]:
                   sources=("minirepro.papers.memoryllm.model", "minirepro.papers.memoryllm.train",
                            "minirepro.core.lm.corpus_v2", "minirepro.core.lm.bpe"),
                   description="MemoryLLM chapter: base, MemoryLLM, Flex (beta 1-3) at equal total "
-                              "parameters and a base of equal active parameters; 2 seeds, fp16")
+                              "parameters and a base of equal active parameters; 5 seeds, fp16")
 def build_variants(spec: VariantsRecipe, out: Path) -> artifacts.BuildResult:
     """[reconstruction] Train every variant and seed; store fp16 weights, tokenizer, curves."""
     corpus = build_corpus_v2(corpus_config())
