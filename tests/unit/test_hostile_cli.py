@@ -135,10 +135,12 @@ def test_the_range_marker_in_the_parameters_comment():
     assert p["mode"].bounds() == (1, 3) and p["note"].bounds() is None
     assert p["seed"].bounds() == (0, 2**32 - 1)  # every seed, marker or not
     counts = parse_parameters("n_seeds: int | None = None  # seeds\nn_eq = 2  # rows [-5, 5]")
-    assert counts["n_seeds"].bounds() == (1, math.inf) and counts["n_eq"].bounds() == (0, 5)
-    with pytest.raises(ChapterError, match="'n_seeds'"):
-        counts["n_seeds"].coerce("0")
-    assert counts["n_seeds"].coerce("None") is None and counts["n_eq"].coerce("0") == 0
+    # a count n_* is at least 1, and a declared range can only narrow that
+    assert counts["n_seeds"].bounds() == (1, math.inf) and counts["n_eq"].bounds() == (1, 5)
+    for name in ("n_seeds", "n_eq"):
+        with pytest.raises(ChapterError, match=repr(name)):
+            counts[name].coerce("0")
+    assert counts["n_seeds"].coerce("None") is None and counts["n_eq"].coerce("1") == 1
     assert "in [0, 1]" in p["lr"].describe()
     assert p["in_csv"].is_path and not p["note"].is_path
     assert p["lr"].coerce("1") == 1.0 and p["k"].coerce("10000") == 10000
