@@ -321,7 +321,10 @@ def _derived_config(root: Path, out: Path, cache: Path, timeout: int) -> Path:
 
 def _build_env(root: Path, out: Path, scale: str, cache: Path) -> dict[str, str]:
     """The kernels' environment: the scale, no progress bars, and this build's results folder."""
-    env = dict(os.environ, MINIREPRO_SCALE=scale, TQDM_DISABLE="1",
+    # HF_HUB_DISABLE_PROGRESS_BARS: transformers' own "Loading weights" bar ignores TQDM_DISABLE
+    # and, with ipywidgets installed (otter-grader brings it), would embed a widget whose page
+    # then fetches require.js from a CDN.
+    env = dict(os.environ, MINIREPRO_SCALE=scale, TQDM_DISABLE="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
                PYTHONHASHSEED="0", MINIREPRO_ROOT=str(root))
     env.pop("MINIREPRO_RESULTS", None)
     # Each chapter's kernel writes its results record to _build/<scale>/results/<slug>.json
