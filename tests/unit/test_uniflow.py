@@ -8,8 +8,10 @@ forward, and one round through a real Flower gRPC server.
 
 from __future__ import annotations
 
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 
@@ -386,3 +388,57 @@ def test_one_round_through_a_real_flower_server_gives_the_same_aggregate():
         t.join(timeout=30)
     for k in ref.outbox:
         np.testing.assert_allclose(strat.outbox[k], ref.outbox[k], rtol=1e-5, atol=1e-6)
+
+
+def test_one_round_through_flowers_simulation_engine_gives_the_same_aggregate():
+    """The same ``LoRAStrategy`` driven by Flower's Ray-based simulation engine (``flwr[simulation]``):
+    three simulated SuperNodes run in Ray worker processes, the ServerApp aggregates their
+    replies, and the aggregate equals the in-process call. Ray's workers must be gone afterwards."""
+    import psutil
+    from flwr.client import Client as FlowerClient
+    from flwr.client import ClientApp
+    from flwr.server import ServerApp, ServerConfig
+    from flwr.simulation import run_simulation
+
+    rng = np.random.default_rng(21)
+    states, p = clients(rng, K=3), [4, 9, 6]
+    init = {k: v for k, v in states[0].items() if not k.startswith("base.")}
+    ref, _ = run_round("FedA2-LoRA", states, p)
+    strat = LoRAStrategy("FedA2-LoRA", SPEC, init, min_clients=3)
+    keys = U.upload_keys("FedA2-LoRA", SPEC)
+
+    class Client(FlowerClient):  # defined here, so Ray ships it to its workers by value
+        def __init__(self, i):
+            self.i = i
+
+        def fit(self, ins):
+            s = states[self.i]
+            named = {k: s[k] for k in keys} | {k: v for k, v in s.items() if k.startswith(("head.", "enc."))}
+            return fit_res(named, p[self.i], "image")
+
+    def client_fn(context):
+        return Client(int(context.node_config["partition-id"]))
+
+    # Ray's own temporary folder, with a short path: its Unix sockets live there and a path
+    # longer than ~107 bytes (pytest's tmp_path is) makes Ray wait forever for its raylet.
+    ray_tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    before = {c.pid for c in psutil.Process().children(recursive=True)}
+    try:
+        run_simulation(
+            server_app=ServerApp(config=ServerConfig(num_rounds=1), strategy=strat),
+            client_app=ClientApp(client_fn=client_fn),
+            num_supernodes=3,
+            backend_config={"client_resources": {"num_cpus": 1},
+                            "init_args": {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False,
+                                          "_temp_dir": ray_tmp}},
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert strat.outbox, "the simulation finished without an aggregate"
+    for k in ref.outbox:
+        np.testing.assert_allclose(strat.outbox[k], ref.outbox[k], rtol=1e-5, atol=1e-6)
+    deadline = time.time() + 20  # Ray's shutdown reaps its workers asynchronously
+    while (left := [c for c in psutil.Process().children(recursive=True) if c.pid not in before and c.is_running()
+                    and c.status() != psutil.STATUS_ZOMBIE]) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not left, f"Ray left processes running: {[c.name() for c in left]}"
