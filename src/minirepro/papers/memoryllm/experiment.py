@@ -220,7 +220,8 @@ def rss_study(cfg: Config, vocab: int, folder: Path, seed: int = 0) -> pd.DataFr
 def rss_table(rss: pd.DataFrame) -> pd.DataFrame:
     """Per decoder, the medians over processes of :func:`rss_study`'s rows, in MB (10^6 bytes)."""
     cols = {"counted_bytes": "counted fp16", "weights_bytes": "held fp32", "load_increase": "RSS +load",
-            "increase": "RSS +decode", "tol_touched_bytes": "ToL touched", "tol_mapped_decoded": "ToL mapped"}
+            "increase": "RSS +decode", "tol_touched_bytes": "ToL rows touched", "tol_page_bytes": "ToL their pages",
+            "tol_mapped_decoded": "ToL mapped"}
     tab = rss.groupby("variant", sort=False)[list(cols)].median() / 1e6
     tab.index = tab.index.map({"base": "base", "memory": "MemoryLLM"})
     return tab.rename(columns=cols)
@@ -239,15 +240,17 @@ def rss_reading(rss: pd.DataFrame, claim, paper_ratio: float = 6.04 / 9.54) -> s
     m = tab.loc["memory"]
     counted_ratio = m.counted_bytes / tab.loc["base"].counted_bytes
     extra = (m.increase - m.weights_bytes) / 1e6
+    base_extra = (tab.loc["base"].increase - tab.loc["base"].weights_bytes) / 1e6
     rel = "below" if np.median(r) < paper_ratio else "above"
     return (f"The after-imports baseline is {tab.rss_imports.median() / 1e6:.0f} MB of RSS (median). "
             f"Measured in fresh processes, MemoryLLM's resident memory grows by {np.median(r):.2f} of "
             f"base's (median over {len(r)} pair(s), range {r.min():.2f} to {r.max():.2f}), against "
             f"{counted_ratio:.2f} counted and the paper's {paper_ratio:.2f}: {rel} the paper's ratio "
-            f"(claim: **{claim.verdict}**). Beyond its weights, MemoryLLM's process holds {extra:.1f} MB: "
-            f"the decode's buffers and {m.tol_mapped_decoded / 1e6:.2f} MB of mapped ToL pages, although "
+            f"(claim: **{claim.verdict}**). Beyond its weights, MemoryLLM's process holds {extra:.1f} MB "
+            f"(base's {base_extra:.1f} MB): the decode's buffers and {m.tol_mapped_decoded / 1e6:.2f} MB "
+            f"of mapped ToL pages ({m.tol_mapped_decoded / m.tol_file_bytes:.0%} of the ToL file), although "
             f"the rows it looked up ({int(m.tol_rows)} of layer × token) take only "
-            f"{m.tol_touched_bytes / 1e3:.0f} kB.")
+            f"{m.tol_touched_bytes / 1e3:.0f} kB and lie on {m.tol_page_bytes / 1e3:.0f} kB of pages.")
 
 
 def run_experiment(cfg: Config, seed: int = 0, workdir: Path | None = None,

@@ -26,6 +26,7 @@ and raises :class:`ProbeError` with the child's last error line if it fails.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -73,6 +74,16 @@ class CountingToL:
     def row_bytes(self) -> int:
         n, v, _ = self.tol.shape
         return self.tol.nbytes // (n * v)
+
+    def page_bytes(self) -> int:
+        """Bytes of the distinct memory pages that hold the rows looked up (a float16 or float32
+        ToL: row ``(layer, t)`` starts at byte ``(layer · |V| + t) · row_bytes``)."""
+        v, rb, page = self.tol.shape[1], self.row_bytes, mmap.PAGESIZE
+        pages = set()
+        for layer, t in self.seen:
+            start = (layer * v + t) * rb
+            pages.update(range(start // page, (start + rb - 1) // page + 1))
+        return len(pages) * page
 
 
 def _warm_up(variant: str, vocab: int) -> None:
@@ -124,6 +135,7 @@ def _child_decode(spec: dict) -> dict:
             "uss_decoded": int(full.uss), "weights_bytes": 4 * n_params(model),
             "tol_rows": len(tol.seen) if tol is not None else 0,
             "tol_row_bytes": tol.row_bytes if tol is not None else 0,
+            "tol_page_bytes": tol.page_bytes() if tol is not None else 0,
             "tol_file_bytes": int(values.nbytes) if values is not None else 0,
             "tol_mapped_loaded": tol_mapped_loaded,
             "tol_mapped_decoded": mapped_rss(values.filename) if values is not None else 0}
@@ -245,8 +257,8 @@ def measure_rss(base: MemoryLM, memory: MemoryLM, tol_folder: str | Path, n_toke
     reads the ToL from disk. ``reps`` pairs of processes (base and MemoryLLM run at the same
     time). Returns one row per process: ``variant``, ``rep``, RSS (bytes) after imports,
     loading and decoding, the increase over the after-imports baseline, ``tol_rows``
-    (distinct rows looked up), ``tol_touched_bytes`` and ``tol_mapped_decoded`` (resident
-    bytes of the ToL's mapping).
+    (distinct rows looked up), ``tol_touched_bytes`` (those rows' bytes), ``tol_page_bytes``
+    (the pages holding them) and ``tol_mapped_decoded`` (resident bytes of the ToL's mapping).
     """
     from safetensors.torch import save_file
 
