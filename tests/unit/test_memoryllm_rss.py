@@ -145,3 +145,29 @@ def test_counting_tol_rows_and_pages():
     page = mmap.PAGESIZE
     pages = {b // page for layer, t in tol.seen for b in range((layer * 100 + t) * 768, (layer * 100 + t + 1) * 768)}
     assert tol.page_bytes() == len(pages) * page
+
+
+def test_rss_ratios_table_and_reading_from_rows():
+    import pandas as pd
+
+    from minirepro.papers.memoryllm.experiment import rss_ratios, rss_reading, rss_table
+
+    rows = []
+    for rep, (b, m) in enumerate([(30e6, 12e6), (40e6, 10e6)]):
+        common = dict(rep=rep, rss_imports=2e8, load_increase=0.0)
+        rows.append(dict(variant="base", increase=b, weights_bytes=26e6, counted_bytes=13e6, tol_mapped_decoded=0,
+                         tol_file_bytes=0, tol_rows=0, tol_touched_bytes=0, tol_page_bytes=0, **common))
+        rows.append(dict(variant="memory", increase=m, weights_bytes=8e6, counted_bytes=4e6, tol_mapped_decoded=1e6,
+                         tol_file_bytes=2e6, tol_rows=10, tol_touched_bytes=7680, tol_page_bytes=40960, **common))
+    df = pd.DataFrame(rows)
+    np.testing.assert_allclose(rss_ratios(df), [0.4, 0.25])
+    tab = rss_table(df)
+    assert list(tab.index) == ["base", "MemoryLLM"]
+    assert tab.loc["base", "RSS +decode"] == 35.0 and tab.loc["MemoryLLM", "ToL mapped"] == 1.0
+
+    class Settled:
+        verdict = "reproduced"
+
+    text = rss_reading(df, Settled())
+    assert "0.33 of base's" in text and "range 0.25 to 0.40" in text and "0.31 counted" in text
+    assert "paper's 0.63: below" in text and "50% of the ToL file" in text
