@@ -200,7 +200,8 @@ def test_cached_decode_equals_full_forward(variant):
 
 
 @pytest.mark.parametrize("bad", [{"n_seeds": 6}, {"n_test": 10}, {"alphas": (1.0, 0.25)},
-                                 {"tol_bits": (16, 3)}, {"timing_d": 50}, {"timing_reps": 1}])
+                                 {"tol_bits": (16, 3)}, {"timing_d": 50}, {"timing_reps": 1},
+                                 {"rss_d": 100}, {"rss_tokens": 0}, {"rss_tokens": 97}, {"rss_reps": 0}])
 def test_config_rejects_bad_values(bad):
     from minirepro.papers.memoryllm import Config
 

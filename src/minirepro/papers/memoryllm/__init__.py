@@ -5,48 +5,39 @@
 * ``train``: training and scoring on the v2 corpus.
 * ``artifact`` / ``loading``: the trained variants as one checked artifact.
 * ``experiment``: the chapter's config and studies; ``plots``: its figures.
+* ``memory``: resident memory of decoding, measured in a fresh process.
+
+The names below are imported on first use (PEP 562): the fresh processes that
+:mod:`.memory` starts import only :mod:`.model` and :mod:`.tol`, not the
+experiment's heavier dependencies, so their import baseline stays small.
 """
 
-from minirepro.papers.memoryllm import plots  # noqa: E402
-from minirepro.papers.memoryllm.experiment import (
-    FAMILIES,
-    Config,
-    Results,
-    alpha_sweep,
-    decode_timing,
-    layer_study,
-    per_seed_slope,
-    reading,
-    run_experiment,
-    score_variants,
-    tol_bytes,
-    tol_study,
-)
-from minirepro.papers.memoryllm.model import (
-    VARIANTS,
-    Arch,
-    MemoryLM,
-    active_params,
-    ffn_m_params,
-    greedy_decode,
-    n_params,
-)
-from minirepro.papers.memoryllm.tol import (
-    ToL,
-    ToLError,
-    build_tol,
-    dequantize_rows,
-    open_tol,
-    quantize_rows,
-    save_tol,
-)
+from importlib import import_module
 
 # Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
 METHOD_MODULES = ("model", "tol")
 
-__all__ = [
-    "FAMILIES", "VARIANTS", "Arch", "Config", "MemoryLM", "Results", "ToL", "ToLError", "active_params",
-    "alpha_sweep", "build_tol", "decode_timing", "dequantize_rows", "ffn_m_params", "greedy_decode",
-    "layer_study", "n_params", "open_tol", "per_seed_slope", "plots", "quantize_rows", "reading", "run_experiment",
-    "save_tol", "score_variants", "tol_bytes", "tol_study",
-]
+_WHERE = {
+    "experiment": ("FAMILIES", "Config", "Results", "alpha_sweep", "decode_timing", "layer_study",
+                   "per_seed_slope", "random_decoders", "reading", "rss_ratios", "rss_reading", "rss_study",
+                   "rss_table", "run_experiment", "score_variants", "tol_bytes", "tol_study"),
+    "model": ("VARIANTS", "Arch", "MemoryLM", "active_params", "ffn_m_params", "greedy_decode", "n_params"),
+    "tol": ("ToL", "ToLError", "build_tol", "dequantize_rows", "open_tol", "quantize_rows", "save_tol"),
+    "memory": ("ProbeError", "measure_rss"),
+}
+_MODULE_OF = {name: mod for mod, names in _WHERE.items() for name in names}
+
+__all__ = sorted([*_MODULE_OF, "plots"])
+
+
+def __getattr__(name: str):
+    """The package's public names, imported from their module on first use."""
+    if name == "plots":
+        return import_module(f"{__name__}.plots")
+    if name in _MODULE_OF:
+        return getattr(import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
