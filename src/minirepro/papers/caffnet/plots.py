@@ -153,14 +153,15 @@ def plot_rollouts(ro, scenario, seed: int,
 def plot_layer_times(times, crossover_m=None):
     """Wall time of one forward and backward pass (log scale) against the number of rows m."""
     fig, ax = plt.subplots(figsize=(7.0, 3.6))
-    for name, col in (("CAffNet", "CAffNet s"), ("cvxpylayers", "cvxpylayers s")):
-        ax.plot(times.m, times[col], marker="o", color=color(name), label=name)
+    for name, col, c in (("CAffNet", "CAffNet s", color("CAffNet")),   # the QP layer computes
+                         ("cvxpylayers", "cvxpylayers s", color("fixed projection"))):  # the projection
+        ax.plot(times.m, times[col], marker="o", color=c, label=name)
     if crossover_m is not None:
         ax.axvline(crossover_m, color="black", ls="--", lw=0.8, label=f"crossover m = {crossover_m}")
     ax.set_yscale("log")
     ax.set_xlabel("rows m of A y <= b")
     ax.set_ylabel("seconds per batch\n(forward + backward, log)")
-    ax.legend(loc="upper left", fontsize=9)
+    ax.legend(loc="lower right", fontsize=9)
     top = ax.secondary_xaxis("top")
     top.set_xticks(list(times.m))
     top.set_xticklabels([str(s) for s in times.subsets], fontsize=8)
