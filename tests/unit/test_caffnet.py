@@ -368,3 +368,131 @@ def test_candidate_paths_agree_and_faces_can_be_reused():
     assert torch.allclose(y_all, C.caffine(f, w, A, b, faces=faces), atol=1e-12)
     with pytest.raises(ValueError, match="faces"):
         C.caffine(f[:2], w[:2], Ab[:2], b[:2], faces=fb)
+
+
+# ------------------------------------------------------------------ issue 26 additions
+
+
+def test_hardnet_is_exact_on_the_m_le_n_scenario_and_equals_its_closed_form():
+    """HardNet's rows (G, C) number n there: full row rank, so A A^+ = I and every row holds."""
+    cfg = C.Config.preset("smoke")
+    sc = C.build_scenario(C.M_LE_N, cfg, 0)
+    x = sc.sample_x(200, np.random.default_rng(0))
+    A_h, bl, bu = sc.hardnet_constraints(x)
+    assert A_h.shape[0] <= sc.n and torch.linalg.matrix_rank(A_h) == A_h.shape[0]
+    f = torch.as_tensor(np.random.default_rng(1).normal(scale=3.0, size=(200, sc.n)))
+    y = C.hardnet_aff(f, A_h, bl, bu)
+    A, b = sc.constraints(x)
+    assert C.max_violation(y, A, b).max() <= 1e-6
+    assert C.max_violation(f, A, b).max() > 1e-1          # the correction had work to do
+    # closed form with full row rank: y = f + A'(A A')^{-1} (ReLU(bl - Af) - ReLU(Af - bu))
+    An = A_h.numpy()
+    Af = f.numpy() @ An.T
+    corr = np.maximum(bl.numpy() - Af, 0) - np.maximum(Af - bu.numpy(), 0)
+    closed = f.numpy() + corr @ np.linalg.solve(An @ An.T, An)
+    assert np.allclose(y.numpy(), closed, atol=1e-10)
+    # a plain loop over samples with numpy's lstsq (the paper's code) gives the same
+    for i in range(0, 200, 37):
+        dy = np.linalg.lstsq(An, corr[i], rcond=None)[0]
+        assert np.allclose(y[i].numpy(), f[i].numpy() + dy, atol=1e-10)
+
+
+def test_zero_initialised_w_head_starts_at_the_projection():
+    cfg = C.Config.preset("smoke", pwc_train=20, pwc_test=30, hidden=(8,))
+    sc = C.build_scenario("convex QP", cfg, 0)
+    data = C.build_data(sc, cfg, 0)
+    kw = dict(hidden=(8,), lr=1e-2, batch_size=10, penalty=100.0)
+    methods = ["fixed projection", "CAffNet", "CAffNet (w zero-init)"]
+    m0 = C.train_methods(sc, data, methods, [0, 1], steps=1, **{**kw, "lr": 0.0})  # untrained
+    x = data.x_test
+    proj = C.predict(m0, sc, x, "fixed projection", 1)
+    assert torch.allclose(C.predict(m0, sc, x, "CAffNet (w zero-init)", 1), proj, atol=1e-9)
+    assert not torch.allclose(C.predict(m0, sc, x, "CAffNet", 1), proj, atol=1e-3)
+    # both w methods share the hidden-layer start; only the last layer differs
+    assert torch.equal(m0.w_net.weights[0][0], m0.w_net.weights[0][2])
+    assert m0.w_net.weights[-1][2].abs().max() == 0 and m0.w_net.weights[-1][0].abs().max() > 0
+    # and it trains (the zero layer gets gradients), each member as if alone
+    m = C.train_methods(sc, data, methods, [0, 1], steps=10, **kw)
+    alone = C.train_methods(sc, data, ["CAffNet (w zero-init)"], [1], steps=10, **kw)
+    assert m.w_net.weights[-1][2].abs().max() > 0
+    assert torch.allclose(C.predict(m, sc, x, "CAffNet (w zero-init)", 1),
+                          C.predict(alone, sc, x, "CAffNet (w zero-init)", 1), atol=1e-10)
+
+
+def test_input_dependent_A_keeps_the_instance_and_a_feasible_point():
+    fixed = C.OptimisationScenario(4, 4, 2, convex=False, problem_seed=3)
+    vary = C.OptimisationScenario(4, 4, 2, convex=False, problem_seed=3, varying=True, label="v")
+    assert vary.name == "v" and np.array_equal(fixed.G, vary.G) and np.array_equal(fixed.C, vary.C)
+    x = vary.sample_x(50, np.random.default_rng(0))
+    A, b = vary.constraints(x)
+    assert A.shape == (50, 8, 4)
+    assert not torch.allclose(A[0], A[1])                    # A varies with x
+    G0 = torch.as_tensor(vary.G) + x[7, 0] * torch.as_tensor(vary.G1)
+    assert torch.allclose(A[7, :4], G0)
+    y0 = x @ torch.as_tensor(np.linalg.pinv(vary.C)).T        # C^+ x is feasible by construction
+    assert C.max_violation(y0, A, b).max() <= 1e-12
+    y_star = vary.target(x[:8])                              # IPOPT with G(x)
+    assert C.max_violation(y_star, A[:8], b[:8]).max() <= 1e-7
+    qp = C.OptimisationScenario(4, 4, 2, convex=True, problem_seed=3, varying=True)
+    y_qp = qp.target(x[:8])                                  # cvxpy with one G(x) per sample
+    f = torch.as_tensor(np.random.default_rng(4).normal(size=(8, 4)))
+    near = C.project_polytope(y_qp + 1e-3 * f, *qp.constraints(x[:8]))
+    assert C.max_violation(y_qp, *qp.constraints(x[:8])).max() <= 1e-7
+    assert (qp.objective(near) >= qp.objective(y_qp) - 1e-9).all()
+
+
+def test_unicycle_cbf_rows_keep_every_feasible_control_safe():
+    sc = C.UnicycleScenario()
+    rng = np.random.default_rng(0)
+    x = sc.sample_x(300, rng)
+    assert (sc.barrier(x) > 0).all()
+    A, b = sc.constraints(x)
+    assert A.shape == (300, sc.m, 2) and sc.m > sc.n
+    u = C.caffine(torch.as_tensor(rng.normal(scale=4.0, size=(300, 2))), None, A, b)
+    dt = 0.05
+    assert sc.alpha * dt <= 1
+    h0, h1 = sc.barrier(x), sc.barrier(sc.step(x, u, dt))
+    assert (h1 >= (1 - sc.alpha * dt) * h0 - 1e-12).all()    # discrete-time CBF bound
+    # finite differences: dh/dt = -(row of A) u, the row of the CBF condition
+    eps = 1e-7
+    dh = (sc.barrier(sc.step(x, u, eps)) - h0) / eps
+    assert torch.allclose(dh, -torch.einsum("bmn,bn->bm", A[:, :3], u), atol=1e-4)
+    t = sc.target(x)                                         # nominal: within the actuator limits
+    assert C.max_violation(t, A[:, 3:], b[:, 3:]).max() == 0
+    A_h, bl, bu = sc.hardnet_constraints(x)
+    y = C.hardnet_aff(t, A_h, bl, bu)
+    assert A_h.shape[1] == 5 and C.max_violation(y, A, b).max() > 1e-2   # m = 5 > n = 2
+
+
+def test_rollouts_count_collisions_and_hard_methods_do_not_collide():
+    cfg = C.Config.preset("smoke", cbf_train=40, cbf_test=20, cbf_steps=5, cbf_rollouts=6,
+                          cbf_horizon=60, hidden=(8,))
+    run = C.run_scenario(C.UNICYCLE, cfg, [0], methods=["soft penalty", "CAffNet"])
+    ro = C.rollouts(run, cfg)
+    assert list(ro.method) == ["soft penalty", "CAffNet"]
+    assert ro.set_index("method").loc["CAffNet", "collisions"] == 0
+    assert ro.set_index("method").loc["CAffNet", "min barrier"] >= 0
+    paths = ro.attrs["paths"]
+    assert paths.shape == (2, 6, 61, 3)
+    # a collision is counted exactly when some step's barrier is negative
+    sc = run.scenario
+    h = sc.barrier(paths.reshape(-1, 3)).amin(dim=1).reshape(2, 6, 61)
+    assert ((h < 0).any(dim=2).sum(dim=1).tolist() == ro.collisions.tolist())
+
+
+def test_cvxpylayers_projection_equals_caffnet_w0_and_cvxpy_and_times_are_tabled():
+    from minirepro.papers.caffnet import qplayer
+
+    f, A, b = qplayer.random_problems(6, 3, 5, seed=0)
+    (y,) = qplayer.projection_qp_layer(6, 3)(f, A, b, solver_args={"eps": 1e-10})
+    assert torch.allclose(y, C.caffine(f, None, A, b), atol=1e-7)
+    ref = cvxpy_projection(f[0].numpy(), A[0].numpy(), b[0].numpy())
+    assert np.allclose(y[0].numpy(), ref, atol=1e-6)
+    t = qplayer.layer_times((3, 5), n=2, batch=4, repeats=1)
+    assert list(t.m) == [3, 5] and list(t.subsets) == [C.n_subsets(3, 2), C.n_subsets(5, 2)]
+    assert (t["max |difference|"] < 1e-6).all()
+    import pandas as pd
+
+    fake = pd.DataFrame({"m": [4, 8, 12, 16], "CAffNet / cvxpylayers": [0.1, 1.2, 0.9, 3.0]})
+    assert qplayer.crossover(fake) == 16
+    assert qplayer.crossover(fake.iloc[:1]) is None

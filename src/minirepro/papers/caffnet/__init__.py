@@ -6,12 +6,16 @@
 * ``scenarios``: the 1-D piecewise target, the convex QP and the DC3 problem,
   with their reference solvers (cvxpy, IPOPT).
 * ``models``: the networks of every method, training and test metrics.
+* ``qplayer``: the cvxpylayers projection layer the CAffine layer is timed against.
 * ``experiment``: the chapter's config and the runs over seeds (the verdicts are
   decided by the rule objects of ``minirepro.rules`` in the notebook).
 """
 
-from minirepro.papers.caffnet import plots  # noqa: E402
+from minirepro.papers.caffnet import plots, qplayer  # noqa: E402
 from minirepro.papers.caffnet.experiment import (
+    A_OF_X,
+    M_LE_N,
+    UNICYCLE,
     Config,
     ScenarioRun,
     build_data,
@@ -19,6 +23,7 @@ from minirepro.papers.caffnet.experiment import (
     hardnet_control,
     inference_times,
     per_seed,
+    rollouts,
     run_experiment,
     run_scenario,
     start_errors,
@@ -44,6 +49,7 @@ from minirepro.papers.caffnet.layer import (
 from minirepro.papers.caffnet.models import (
     HARD_METHODS,
     METHODS,
+    W_METHODS,
     Constraints,
     Data,
     EnsembleMLP,
@@ -57,6 +63,7 @@ from minirepro.papers.caffnet.models import (
 from minirepro.papers.caffnet.scenarios import (
     OptimisationScenario,
     PiecewiseScenario,
+    UnicycleScenario,
     pwc_bounds,
     pwc_target,
     solve_ipopt,
@@ -67,6 +74,12 @@ from minirepro.papers.caffnet.scenarios import (
 METHOD_MODULES = ("layer", "models")
 
 __all__ = [
+    "A_OF_X",
+    "M_LE_N",
+    "UNICYCLE",
+    "UnicycleScenario",
+    "W_METHODS",
+    "rollouts",
     "Config",
     "Constraints",
     "Data",
@@ -111,4 +124,5 @@ __all__ = [
     "train_methods",
     "violation",
     "plots",
+    "qplayer",
 ]

@@ -14,6 +14,7 @@ from minirepro.core.stats import per_seed_wide, seed_summary
 from minirepro.papers.caffnet.layer import hardnet_aff, max_violation
 from minirepro.papers.caffnet.models import (
     METHODS,
+    Constraints,
     Data,
     EnsembleMLP,
     TrainedMethods,
@@ -22,7 +23,15 @@ from minirepro.papers.caffnet.models import (
     output_layer,
     train_methods,
 )
-from minirepro.papers.caffnet.scenarios import OptimisationScenario, PiecewiseScenario
+from minirepro.papers.caffnet.scenarios import (
+    OptimisationScenario,
+    PiecewiseScenario,
+    UnicycleScenario,
+)
+
+M_LE_N = "convex QP, m <= n"
+A_OF_X = "nonconvex, A(x)"
+UNICYCLE = "unicycle CBF"
 
 
 @dataclass
@@ -44,9 +53,21 @@ class Config(ScaledConfig):
     batch_size: int = 64
     n_seeds: int = 5
     scenarios: tuple[str, ...] = ("piecewise", "convex QP", "nonconvex (DC3)")
+    added: tuple[str, ...] = (M_LE_N, A_OF_X, UNICYCLE)  # issue 26's scenarios
+    cbf_train: int = 400
+    cbf_test: int = 200
+    cbf_steps: int = 300
+    cbf_rollouts: int = 20
+    cbf_horizon: int = 80
+    cbf_dt: float = 0.05
+    timing_m: tuple[int, ...] = (4, 6, 8, 10, 12, 14)
+    timing_n: int = 4
+    timing_batch: int = 32
     PRESETS: ClassVar = {
         "smoke": {"pwc_steps": 100, "pwc_test": 100, "opt_train": 96, "opt_test": 32,
-                  "opt_steps": 30, "batch_size": 32, "hidden": (32, 32), "n_seeds": 3},
+                  "opt_steps": 30, "batch_size": 32, "hidden": (32, 32), "n_seeds": 3,
+                  "cbf_train": 128, "cbf_test": 64, "cbf_steps": 200, "cbf_rollouts": 8,
+                  "cbf_horizon": 60, "timing_m": (4, 8)},
         "book": {},
         "full": {"hidden": (200, 200, 200), "lr": 1e-3, "pwc_steps": 20000,
                  "opt_n": 5, "opt_ineq": 5, "opt_eq": 3, "opt_train": 1000, "opt_test": 1000,
@@ -61,13 +82,24 @@ def build_scenario(name: str, cfg: Config, problem_seed: int):
     if name in ("convex QP", "nonconvex (DC3)"):
         return OptimisationScenario(cfg.opt_n, cfg.opt_ineq, cfg.opt_eq,
                                     convex=name == "convex QP", problem_seed=problem_seed)
-    raise ValueError(f"unknown scenario {name!r}; expected piecewise, convex QP, nonconvex (DC3)")
+    if name == M_LE_N:  # HardNet's rows G, C: opt_n - opt_eq + opt_eq = n, so m <= n
+        return OptimisationScenario(cfg.opt_n, cfg.opt_n - cfg.opt_eq, cfg.opt_eq, convex=True,
+                                    problem_seed=problem_seed, label=M_LE_N)
+    if name == A_OF_X:
+        return OptimisationScenario(cfg.opt_n, cfg.opt_ineq, cfg.opt_eq, convex=False,
+                                    problem_seed=problem_seed, varying=True, label=A_OF_X)
+    if name == UNICYCLE:
+        return UnicycleScenario()
+    raise ValueError(f"unknown scenario {name!r}; expected piecewise, convex QP, nonconvex (DC3), "
+                     f"{M_LE_N}, {A_OF_X}, {UNICYCLE}")
 
 
 def build_data(scenario, cfg: Config, seed: int) -> Data:
     """Train/test data of a scenario (test inputs on a grid for the 1-D scenario)."""
     if isinstance(scenario, PiecewiseScenario):
         return make_data(scenario, cfg.pwc_train, cfg.pwc_test, seed, grid_test=True)
+    if isinstance(scenario, UnicycleScenario):
+        return make_data(scenario, cfg.cbf_train, cfg.cbf_test, seed)
     return make_data(scenario, cfg.opt_train, cfg.opt_test, seed)
 
 
@@ -92,16 +124,51 @@ def run_scenario(name: str, cfg: Config, seeds: list[int], methods=METHODS,
     """
     sc = build_scenario(name, cfg, data_seed)
     data = build_data(sc, cfg, data_seed)
-    steps = cfg.pwc_steps if name == "piecewise" else cfg.opt_steps
+    steps = {"piecewise": cfg.pwc_steps, UNICYCLE: cfg.cbf_steps}.get(name, cfg.opt_steps)
     model = train_methods(sc, data, methods, seeds, hidden=tuple(cfg.hidden), steps=steps,
                           lr=cfg.lr, batch_size=cfg.batch_size, penalty=cfg.penalty)
     start = start_errors(sc, data, seeds, tuple(cfg.hidden))
     return ScenarioRun(sc, data, model, pd.DataFrame(evaluate(model, sc, data)), start)
 
 
-def run_experiment(cfg: Config, seeds: list[int], data_seed: int = 0) -> dict[str, ScenarioRun]:
-    """The chapter's experiment: :func:`run_scenario` for each of ``cfg.scenarios``, in order."""
-    return {name: run_scenario(name, cfg, seeds, data_seed=data_seed) for name in cfg.scenarios}
+def run_experiment(cfg: Config, seeds: list[int], data_seed: int = 0,
+                   names: tuple[str, ...] | None = None) -> dict[str, ScenarioRun]:
+    """The chapter's experiment: :func:`run_scenario` for each of ``names`` (default
+    ``cfg.scenarios``), in order."""
+    names = cfg.scenarios if names is None else names
+    return {name: run_scenario(name, cfg, seeds, data_seed=data_seed) for name in names}
+
+
+@torch.no_grad()
+def rollouts(run: ScenarioRun, cfg: Config, seed: int = 0) -> pd.DataFrame:
+    """Closed-loop rollouts of every trained member on the unicycle [reconstruction of the
+    paper's CBF evaluation]: ``cfg.cbf_rollouts`` starts, ``cfg.cbf_horizon`` Euler steps of
+    ``cfg.cbf_dt``. A rollout *collides* when the look-ahead point enters an obstacle
+    (``h_i < 0``); it stops there. One row per (method, seed): colliding rollouts, the
+    smallest barrier value reached, and the mean final distance to the goal."""
+    sc, model = run.scenario, run.model
+    S, R, M = len(model.seeds), cfg.cbf_rollouts, len(model.methods)
+    X = sc.starts(R, np.random.default_rng(seed)).repeat(M * S, 1, 1)          # (K, R, 3)
+    hit = torch.zeros(M * S, R, dtype=torch.bool)
+    h_min = sc.barrier(X.reshape(-1, 3)).amin(dim=1).reshape(M * S, R)
+    path = [X.clone()]
+    for _ in range(cfg.cbf_horizon):
+        cons = [Constraints.of(sc, X[mi * S:(mi + 1) * S].reshape(-1, 3)) for mi in range(M)]
+        U = model.outputs(X, cons)                                                  # (K, R, 2)
+        new = sc.step(X.reshape(-1, 3), U.reshape(-1, 2), cfg.cbf_dt).reshape(X.shape)
+        X = torch.where(hit[..., None], X, new)                                     # stop at a hit
+        h = sc.barrier(X.reshape(-1, 3)).amin(dim=1).reshape(M * S, R)
+        h_min, hit = torch.minimum(h_min, h), hit | (h < 0)
+        path.append(X.clone())
+    goal = torch.tensor(sc.goal, dtype=X.dtype)
+    dist = torch.linalg.vector_norm(X[..., :2] - goal, dim=-1)
+    rows = [{"method": m, "seed": s, "collisions": int(hit[model.member(m, s)].sum()),
+             "min barrier": float(h_min[model.member(m, s)].min()),
+             "final distance": float(dist[model.member(m, s)].mean())}
+            for m in model.methods for s in model.seeds]
+    out = pd.DataFrame(rows)
+    out.attrs["paths"] = torch.stack(path, dim=2)                                # (K, R, T+1, 3)
+    return out
 
 
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
@@ -168,5 +235,6 @@ def inference_times(run: ScenarioRun, repeats: int = 3, seed: int = 0,
                          "time / CAffNet": {k: 1.0 / v for k, v in t.speedups.items()}})
 
 
-__all__ = ["Config", "ScenarioRun", "build_data", "build_scenario", "hardnet_control",
-           "inference_times", "per_seed", "run_scenario", "start_errors", "summarise"]
+__all__ = ["A_OF_X", "Config", "M_LE_N", "ScenarioRun", "UNICYCLE", "build_data", "build_scenario",
+           "hardnet_control", "inference_times", "per_seed", "rollouts", "run_scenario",
+           "start_errors", "summarise"]

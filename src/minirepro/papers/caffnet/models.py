@@ -33,8 +33,12 @@ from minirepro.papers.caffnet.layer import (
 )
 
 METHODS: tuple[str, ...] = ("soft penalty", "HardNet-Aff", "fixed projection",
-                            "CAffNet (w=0)", "CAffNet")
-HARD_METHODS: tuple[str, ...] = ("fixed projection", "CAffNet (w=0)", "CAffNet")
+                            "CAffNet (w=0)", "CAffNet", "CAffNet (w zero-init)")
+HARD_METHODS: tuple[str, ...] = ("fixed projection", "CAffNet (w=0)", "CAffNet",
+                                 "CAffNet (w zero-init)")
+# Methods with a learned null-space branch w(x): random initialisation (as the paper's
+# code) and a zero-initialised last layer, so that training starts at the projection.
+W_METHODS: tuple[str, ...] = ("CAffNet", "CAffNet (w zero-init)")
 
 
 class EnsembleMLP(nn.Module):
@@ -65,6 +69,14 @@ class EnsembleMLP(nn.Module):
         for li in range(len(dims) - 1):
             self.weights.append(nn.Parameter(torch.stack([m[li][0] for m in per_member])))
             self.biases.append(nn.Parameter(torch.stack([m[li][1] for m in per_member])))
+
+    @torch.no_grad()
+    def zero_last_layer(self, members: list[int]) -> EnsembleMLP:
+        """Set the last layer of ``members`` to zero, so that they output 0 at the start."""
+        for k in members:
+            self.weights[-1][k].zero_()
+            self.biases[-1][k].zero_()
+        return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x
@@ -118,9 +130,9 @@ def output_layer(method: str, f: torch.Tensor, cons: Constraints,
         return project_polytope(f, cons.A, cons.b)
     if method == "CAffNet (w=0)":
         return caffine(f, None, cons.A, cons.b, faces=cons.faces)
-    if method == "CAffNet":
+    if method in W_METHODS:
         if w is None:
-            raise ValueError("CAffNet needs its null-space branch w")
+            raise ValueError(f"{method} needs its null-space branch w")
         return caffine(f, w, cons.A, cons.b, faces=cons.faces)
     raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
 
@@ -168,20 +180,30 @@ class TrainedMethods:
         X = x.expand(len(self.methods) * S, *x.shape)
         return self.outputs(X, cons.take(torch.arange(x.shape[0]).repeat(S)))
 
-    def outputs(self, X: torch.Tensor, cons: Constraints) -> torch.Tensor:
+    @property
+    def w_methods(self) -> tuple[str, ...]:
+        """The methods with a w branch, in the order of the members of ``w_net``."""
+        return tuple(m for m in self.methods if m in W_METHODS)
+
+    def outputs(self, X: torch.Tensor, cons: Constraints | list[Constraints]) -> torch.Tensor:
         """Outputs (K, B, n) for member inputs ``X`` (K, B, d); ``cons`` holds one
-        method's flattened batch (S * B rows, seed-major)."""
+        method's flattened batch (S * B rows, seed-major), shared by every method, or
+        a list with one such batch per method (when each method sees its own inputs)."""
         S = len(self.seeds)
         F = self.f_net(X)
         W = None
         if self.w_net is not None:
-            ci = self.methods.index("CAffNet")
-            W = self.w_net(X[ci * S:(ci + 1) * S])
+            W = self.w_net(torch.cat([X[self.methods.index(m) * S:(self.methods.index(m) + 1) * S]
+                                      for m in self.w_methods]))
         out = []
         for mi, method in enumerate(self.methods):
             f = F[mi * S:(mi + 1) * S].reshape(-1, F.shape[-1])
-            w = W.reshape(-1, W.shape[-1]) if method == "CAffNet" else None
-            out.append(output_layer(method, f, cons, w).reshape(S, -1, F.shape[-1]))
+            w = None
+            if method in W_METHODS:
+                wi = self.w_methods.index(method)
+                w = W[wi * S:(wi + 1) * S].reshape(-1, W.shape[-1])
+            c = cons[mi] if isinstance(cons, list) else cons
+            out.append(output_layer(method, f, c, w).reshape(S, -1, F.shape[-1]))
         return torch.cat(out, dim=0)
 
 
@@ -201,8 +223,14 @@ def train_methods(scenario, data: Data, methods=METHODS, seeds=(0,), *,
     set_seed(seeds[0])
     S, n_train = len(seeds), data.x_train.shape[0]
     f_net = EnsembleMLP([s for _ in methods for s in seeds], scenario.x_dim, scenario.n, hidden)
-    w_net = (EnsembleMLP([s + 10_000 for s in seeds], scenario.x_dim, scenario.n, hidden)
-             if "CAffNet" in methods else None)
+    w_methods = [m for m in methods if m in W_METHODS]
+    w_net = None
+    if w_methods:  # same hidden-layer start for both w methods; zero-init zeroes the last layer
+        w_net = EnsembleMLP([s + 10_000 for _ in w_methods for s in seeds], scenario.x_dim,
+                            scenario.n, hidden)
+        if "CAffNet (w zero-init)" in w_methods:
+            zi = w_methods.index("CAffNet (w zero-init)")
+            w_net.zero_last_layer(list(range(zi * S, (zi + 1) * S)))
     model = TrainedMethods(methods, seeds, f_net, w_net)
     params = list(f_net.parameters()) + (list(w_net.parameters()) if w_net else [])
     opt = torch.optim.Adam(params, lr=lr, foreach=True)

@@ -91,8 +91,10 @@ def plot_metrics(table, methods=METHODS):
     fig, axes = plt.subplots(2, len(scen), figsize=(4.4 * len(scen), 7.0), squeeze=False)
     for j, sc in enumerate(scen):
         t = table[table.scenario == sc]
-        for row, col, label in [(0, "error", "test MSE" if sc == "piecewise" else
-                                 "optimality gap\n(objective units, symlog)"),
+        mse = sc in ("piecewise", "unicycle CBF")
+        for row, col, label in [(0, "error", ("test MSE" if sc == "piecewise" else
+                                               "MSE to the nominal control\n((m/s, rad/s)^2)")
+                                 if mse else "optimality gap\n(objective units, symlog)"),
                                 (1, "max_violation", "max violation\n(constraint units, log)")]:
             ax = axes[row, j]
             for i, m in enumerate(methods):
@@ -106,7 +108,7 @@ def plot_metrics(table, methods=METHODS):
                 ax.set_yscale("log")
                 ax.set_ylim(bottom=1e-17)
                 ax.axhline(1e-9, color="black", lw=0.8, ls="--")
-            elif sc != "piecewise":  # gaps span decades and can be negative
+            elif not mse:  # gaps span decades and can be negative
                 ax.set_yscale("symlog", linthresh=1e-4)
                 ax.axhline(0, color="black", lw=0.8)
             ax.set_xticks(range(len(methods)))
@@ -119,4 +121,54 @@ def plot_metrics(table, methods=METHODS):
     return fig
 
 
-__all__ = ["plot_geometry", "plot_metrics", "plot_piecewise", "toy_polytope"]
+def plot_rollouts(ro, scenario, seed: int,
+                  methods=("soft penalty", "HardNet-Aff", "CAffNet")):
+    """Unicycle rollouts of one seed, one panel per method: the look-ahead point's path,
+    obstacles in grey, a red cross where a rollout enters an obstacle (and stops)."""
+    paths = ro.attrs["paths"]
+    all_methods = list(dict.fromkeys(ro.method))
+    seeds = list(dict.fromkeys(ro.seed))
+    fig, axes = plt.subplots(1, len(methods), figsize=(8.0, 3.0), sharey=True)
+    for ax, m in zip(np.atleast_1d(axes), methods):
+        k = all_methods.index(m) * len(seeds) + seeds.index(seed)
+        for x0, y0, r in scenario.obstacles:
+            ax.add_patch(plt.Circle((x0, y0), r, color="0.75", zorder=1))
+        for p in paths[k].numpy():
+            ax.plot(p[:, 0], p[:, 1], color=color(m), lw=1.0, alpha=0.8, zorder=2)
+            h = scenario.barrier(torch.as_tensor(p[-1:]))
+            if bool((h < 0).any()):
+                ax.plot(p[-1, 0], p[-1, 1], "x", color="#c0392b", ms=7, mew=2, zorder=3)
+        ax.plot(*scenario.goal, marker="*", color="black", ms=10, zorder=3)
+        n_hit = int(ro[(ro.method == m) & (ro.seed == seed)].collisions.iloc[0])
+        ax.set_title(f"{m}: {n_hit} of {paths.shape[1]} collide", fontsize=9)
+        ax.set_xlim(scenario.box[:2])
+        ax.set_ylim(scenario.box[2:])
+        ax.set_aspect("equal")
+        ax.set_xlabel("position p1 (m)")
+    np.atleast_1d(axes)[0].set_ylabel("position p2 (m)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_layer_times(times, crossover_m=None):
+    """Wall time of one forward and backward pass (log scale) against the number of rows m."""
+    fig, ax = plt.subplots(figsize=(7.0, 3.6))
+    for name, col, c in (("CAffNet", "CAffNet s", color("CAffNet")),   # the QP layer computes
+                         ("cvxpylayers", "cvxpylayers s", color("fixed projection"))):  # the projection
+        ax.plot(times.m, times[col], marker="o", color=c, label=name)
+    if crossover_m is not None:
+        ax.axvline(crossover_m, color="black", ls="--", lw=0.8, label=f"crossover m = {crossover_m}")
+    ax.set_yscale("log")
+    ax.set_xlabel("rows m of A y <= b")
+    ax.set_ylabel("seconds per batch\n(forward + backward, log)")
+    ax.legend(loc="lower right", fontsize=9)
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(list(times.m))
+    top.set_xticklabels([str(s) for s in times.subsets], fontsize=8)
+    top.set_xlabel("row subsets enumerated by CAffNet", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+__all__ = ["plot_geometry", "plot_layer_times", "plot_metrics", "plot_piecewise", "plot_rollouts",
+           "toy_polytope"]
