@@ -66,8 +66,8 @@ class Config(ScaledConfig):
     PRESETS: ClassVar = {
         "smoke": {"pwc_steps": 100, "pwc_test": 100, "opt_train": 96, "opt_test": 32,
                   "opt_steps": 30, "batch_size": 32, "hidden": (32, 32), "n_seeds": 3,
-                  "cbf_train": 128, "cbf_test": 64, "cbf_steps": 200, "cbf_rollouts": 8,
-                  "cbf_horizon": 60, "timing_m": (4, 8)},
+                  "cbf_train": 128, "cbf_test": 64, "cbf_steps": 100, "cbf_rollouts": 6,
+                  "cbf_horizon": 50, "timing_m": (4, 8)},
         "book": {},
         "full": {"hidden": (200, 200, 200), "lr": 1e-3, "pwc_steps": 20000,
                  "opt_n": 5, "opt_ineq": 5, "opt_eq": 3, "opt_train": 1000, "opt_test": 1000,

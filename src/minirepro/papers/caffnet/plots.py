@@ -88,7 +88,7 @@ def plot_metrics(table, methods=METHODS):
     """Per scenario: the test error (top) and the max violation (bottom) of every method,
     one dot per seed, a bar at the mean."""
     scen = list(dict.fromkeys(table.scenario))
-    fig, axes = plt.subplots(2, len(scen), figsize=(4.4 * len(scen), 7.0), squeeze=False)
+    fig, axes = plt.subplots(2, len(scen), figsize=(8.0, 6.6), squeeze=False)
     for j, sc in enumerate(scen):
         t = table[table.scenario == sc]
         mse = sc in ("piecewise", "unicycle CBF")
@@ -111,13 +111,12 @@ def plot_metrics(table, methods=METHODS):
             elif not mse:  # gaps span decades and can be negative
                 ax.set_yscale("symlog", linthresh=1e-4)
                 ax.axhline(0, color="black", lw=0.8)
-            ax.set_xticks(range(len(methods)))
-            ax.set_xticklabels([m.replace(" (", "\n(") for m in methods], fontsize=7, rotation=30)
-            ax.set_ylabel(label)
+            ax.set_xticks([])  # the methods are the colours of the legend above the panels
+            ax.set_ylabel(label, fontsize=9)
             if row == 0:
-                ax.set_title(sc)
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
-    fig.legend(loc="upper center", ncol=len(methods), fontsize=9, bbox_to_anchor=(0.5, 0.995))
+                ax.set_title(sc, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.91))
+    fig.legend(loc="upper center", ncol=3, fontsize=9, bbox_to_anchor=(0.5, 0.995), markerscale=1.5)
     return fig
 
 
