@@ -6,20 +6,40 @@ black-box explainers differ only in how they attribute. KernelSHAP
 {cite}`hca-shap` estimates Shapley values of the controller's first move
 ``u_{j*,0}(z)`` by a weighted linear regression over coalitions: a feature in a
 coalition keeps the explained move's value ``z_0``, one outside takes the
-*reference* value. The reference is one point, the centre of every feature's
-physical range (the mean of LIME's sampling distribution), so every coalition is
-one NMPC query. The explanation is the feature with the largest ``|phi|``.
+*reference* value. The reference is one point, "nothing happening": every bound
+relaxed to the far end of its knob's range, every forecast at nominal, the state
+at the centre of its physical range (:func:`shap_reference`), so every
+coalition is one NMPC query. The explanation is the feature with the largest
+``|phi|``.
 Nothing is downloaded; ``shap`` is imported on first use.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from minirepro.papers.hca.lime_baseline import apply_features, feature_cause, instance_features, lime_features
+from minirepro.papers.hca.lime_baseline import (
+    apply_features,
+    feature_cause,
+    instance_features,
+    lime_features,
+)
 from minirepro.papers.hca.mpc import NMPC, MPCInfeasibleError, MPCProblem, MPCSolution
+from minirepro.papers.hca.plants import Plant
+
+
+def shap_reference(plant: Plant) -> np.ndarray:
+    """[reconstruction] KernelSHAP's reference point ``(n_features,)``: upper bounds shifted up and
+    lower bounds shifted down by their knob's full range, forecast deviations off (factor 0), the
+    state at the centre of its physical range."""
+    _, ranges = lime_features(plant)
+    ref = ranges.mean(axis=1)
+    for i, c in enumerate(plant.causes):
+        ref[i] = {"upper": ranges[i, 1], "lower": ranges[i, 0]}.get(c.kind, 0.0)
+    return ref
 
 
 @dataclass
@@ -37,10 +57,12 @@ def shap_explain(mpc: NMPC, problem: MPCProblem, d_nominal: np.ndarray, primary_
     """[reconstruction] KernelSHAP (Lundberg & Lee 2017) of the first move of ``primary_input``.
 
     ``num_samples`` coalitions (NMPC queries) per explanation, a single reference
-    point (the centre of the physical feature ranges), no L1 selection; queries the
+    point (:func:`shap_reference`), no L1 selection; queries the
     MPC cannot solve return the previous input (the controller holding), as for LIME.
     """
-    import shap  # imported here: a second or so, paid only by runs that use it
+    with warnings.catch_warnings():  # shap's plotting colours warn on import (matplotlib deprecations)
+        warnings.simplefilter("ignore")
+        import shap  # imported here: a second or so, paid only by runs that use it
 
     plant = mpc.plant
     if num_samples < 10:
@@ -49,7 +71,7 @@ def shap_explain(mpc: NMPC, problem: MPCProblem, d_nominal: np.ndarray, primary_
         raise ValueError(f"primary_input must be in [0, {plant.n_u}), got {primary_input}")
     names, ranges = lime_features(plant)
     z0 = np.clip(instance_features(plant, problem), ranges[:, 0], ranges[:, 1])
-    reference = ranges.mean(axis=1, keepdims=True).T
+    reference = shap_reference(plant)[None, :]
     counts = [0, 0]
 
     def black_box(Z: np.ndarray) -> np.ndarray:
@@ -69,7 +91,9 @@ def shap_explain(mpc: NMPC, problem: MPCProblem, d_nominal: np.ndarray, primary_
     np.random.seed(seed % 2**32)  # KernelExplainer samples coalitions with NumPy's global generator
     try:
         explainer = shap.KernelExplainer(black_box, reference)
-        phi = np.asarray(explainer.shap_values(z0, nsamples=num_samples, silent=True, l1_reg=False)).ravel()
+        with warnings.catch_warnings():  # a singular regression (few samples) falls back to least squares
+            warnings.simplefilter("ignore", UserWarning)
+            phi = np.asarray(explainer.shap_values(z0, nsamples=num_samples, silent=True, l1_reg=False)).ravel()
     finally:
         np.random.set_state(state)
     top = int(np.argmax(np.abs(phi)))
