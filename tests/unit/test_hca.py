@@ -293,7 +293,7 @@ def test_config_presets():
     assert book.calib_days == 2 and book.n_days == 3 and book.random_per_day > 0 and book.shap_samples >= 10
     with pytest.raises(ValueError, match="random_per_day"):
         Config.preset("book", random_per_day=-1)
-    assert Config.preset("book", lime_samples=None).lime_samples == 100
+    assert Config.preset("book", lime_samples=None).lime_samples == 50
     with pytest.raises(TypeError):
         Config.preset("book", n_layers=3)
     with pytest.raises(ValueError, match="calib_days < n_days"):
@@ -432,3 +432,27 @@ def test_mcnemar_sample_size_matches_the_closed_form_and_a_simulation():
     assert abs(np.mean(z > z_a) - mcnemar_power(n, delta, p_disc)) < 0.05
     with pytest.raises(ValueError):
         mcnemar_power(10, 0.5, 0.4)
+
+
+def test_cstr_reaches_the_textbook_steady_state_and_its_closed_form():
+    """Seborg et al.'s exothermic CSTR at q = 100, Tc = 300 K: T = 324.5 K, C_A = 0.877 mol/L;
+    at any steady state C_A = C_Af / (1 + (V/q) k(T)) and the energy balance closes."""
+    from minirepro.papers.hca.plants import CSTR
+
+    plant = get_plant("cstr")
+    p = CSTR
+    for tc, q, ref in ((300.0, 100.0, (324.5, 0.877)), (295.0, 90.0, None)):
+        x = np.array([330.0, 0.8])
+        for _ in range(400):
+            x = plant.step(x, [tc, q], [1.0, 350.0])
+        k = p["k0"] * np.exp(-p["E_R"] / x[0])
+        assert x[1] == pytest.approx(1.0 / (1.0 + p["V"] / q * k), rel=1e-6)
+        heat = q / p["V"] * (350.0 - x[0]) + p["dH"] / p["rho_cp"] * k * x[1] + p["UA"] / (p["V"] * p["rho_cp"]) * (tc - x[0])
+        assert heat == pytest.approx(0.0, abs=1e-6)
+        if ref:
+            assert x[0] == pytest.approx(ref[0], abs=0.05) and x[1] == pytest.approx(ref[1], abs=0.001)
+    G = knowledge_graph(plant)  # a rising temperature calls for colder coolant; feed-rich -> hotter
+    assert G.edges["T", "T_coolant"]["sign"] == -1 and G.edges["CA_feed forecast", "T"]["sign"] == 1
+    x, u = np.array([325.0, 0.87]), np.array([300.0, 100.0])
+    assert path_signs(G, "T upper bound", "feed", x, u, np.array([1.0, 350.0])) == [-1]  # hot feed: less of it
+    assert path_signs(G, "T upper bound", "feed", x, u, np.array([1.0, 300.0])) == [1]  # cold feed: more
