@@ -289,7 +289,11 @@ def test_calibrate_tau_maximises_accuracy_over_the_grid(seed):
 
 def test_config_presets():
     assert Config.preset("smoke").lime_samples < Config.preset("book").lime_samples
-    assert Config.preset("book", lime_samples=None).lime_samples == 100
+    book = Config.preset("book")
+    assert book.calib_days == 2 and book.n_days == 3 and book.random_per_day > 0 and book.shap_samples >= 10
+    with pytest.raises(ValueError, match="random_per_day"):
+        Config.preset("book", random_per_day=-1)
+    assert Config.preset("book", lime_samples=None).lime_samples == 50
     with pytest.raises(TypeError):
         Config.preset("book", n_layers=3)
     with pytest.raises(ValueError, match="calib_days < n_days"):
@@ -328,16 +332,21 @@ def test_distractor_events_overlap_with_another_cause():
 def test_a_small_run_end_to_end_scores_every_method_on_the_test_moves():
     from minirepro.papers.hca.experiment import METHODS, accuracy_table, predictions, run_domain
 
-    cfg = Config.preset("smoke", lime_samples=10, domains=("hvac",))
+    cfg = Config.preset("smoke", lime_samples=10, shap_samples=10, random_per_day=2, domains=("hvac",))
     run = run_domain("hvac", cfg, seed=4)
     m = run.moves
     test = m[m.split == "test"]
-    assert len(m) + run.info["skipped_moves"] == 5 and len(test) >= 1
-    assert (test.lime >= 0).all() and (m[m.split == "early"].lime == -1).all()
+    assert len(m) + run.info["skipped_moves"] == 5 + 2 and len(test) >= 1
+    assert (m.origin == "random").sum() + run.info["skipped_moves"] >= 2 and m.t.is_monotonic_increasing
+    assert (m[m.origin == "random"].design == -1).all() and (m[m.origin == "event"].design >= 0).all()
+    assert (test.lime >= 0).all() and (test.shap >= 0).all() and (m[m.split == "early"].lime == -1).all()
     acc = accuracy_table([run])
     assert set(acc.method) == set(METHODS) and acc.accuracy.between(0, 1).all()
     for oracle in ("interventional", "design"):
         pred = predictions(run, HCAParams(), oracle)
+        ev_test = [run.evidence[i] for i in np.flatnonzero((m.split == "test") & (m[oracle] >= 0))]
+        assert pred["KKT only"].tolist() == [int(np.argmax(e.kkt)) for e in ev_test]
+        assert (pred["label"] >= 0).all() and (oracle == "interventional" or (pred.origin == "event").all())
         counts = np.bincount(pred["label"])
         majority = acc[(acc.oracle == oracle) & (acc.method == "majority")].accuracy.item()
         assert majority == pytest.approx(counts.max() / counts.sum())
@@ -358,3 +367,92 @@ def test_per_seed_accuracy_pools_domains_by_moves_and_summary():
     assert s.loc[0, "mean"] == 0.5 and s.loc[0, "runs"] == 4 and s.loc[0, "lo"] < 0.5 < s.loc[0, "hi"]
     with pytest.raises(ValueError, match="oracle"):
         hca.per_seed_accuracy(acc, "experts")
+
+
+def test_random_moves_avoid_the_event_anchored_ones_and_fill_every_day():
+    from minirepro.papers.hca.experiment import random_moves
+
+    plant = get_plant("greenhouse")
+    sch = make_schedule(plant, 3, 5, N, np.random.default_rng(0))
+    ts = random_moves(sch, 9, np.random.default_rng(1))
+    events = {e.t_explain for e in sch.events}
+    assert len(ts) == len(set(ts)) == 27 and not events & set(ts) and 0 not in ts
+    assert np.bincount(np.array(ts) // STEPS_PER_DAY).tolist() == [9, 9, 9]
+    assert ts == random_moves(sch, 9, np.random.default_rng(1))
+
+
+def _fake_run(domain, seed, n, rng):
+    import pandas as pd
+
+    from minirepro.papers.hca.experiment import Run
+
+    ev = [Evidence(kg_support=rng.integers(0, 2, 5).astype(float), kg_consistent=np.ones(5),
+                   kkt=rng.exponential(0.3, 5) * (rng.random(5) < 0.5), pcmci=rng.random(5)) for _ in range(n)]
+    moves = pd.DataFrame({"split": ["early"] * (n - 3) + ["test"] * 3, "t": np.arange(n),
+                          "origin": "event", "interventional": rng.integers(0, 5, n),
+                          "design": rng.integers(-1, 5, n), "lime": -1, "shap": -1})
+    return Run(domain, seed, {}, moves, ev, np.zeros((1, 1, 1)), 0.0)
+
+
+def test_pooled_calibration_uses_every_early_move_of_the_domain_and_no_other():
+    from minirepro.papers.hca.experiment import move_table, pooled_taus
+
+    rng = np.random.default_rng(0)
+    runs = [_fake_run(d, s, 12, rng) for d in ("greenhouse", "hvac") for s in range(3)]
+    p = HCAParams()
+    taus = pooled_taus(runs, p)
+    for dom in ("greenhouse", "hvac"):
+        for oracle in ("interventional", "design"):
+            ev, lab = [], []
+            for r in runs:
+                if r.plant_name == dom:
+                    keep = (r.moves.split == "early").to_numpy() & (r.moves[oracle] >= 0).to_numpy()
+                    ev += [e for e, k in zip(r.evidence, keep) if k]
+                    lab += r.moves[oracle].to_numpy()[keep].tolist()
+            assert taus[dom, oracle] == calibrate_tau(ev, lab, p)
+    mv = move_table(runs, p)
+    assert set(zip(mv.domain, mv.oracle, mv.tau)) == {(d, o, t) for (d, o), t in taus.items()}
+
+
+def test_mcnemar_sample_size_matches_the_closed_form_and_a_simulation():
+    from scipy.stats import norm
+
+    from minirepro.papers.hca.experiment import mcnemar_moves, mcnemar_power
+
+    delta, p_disc = 0.2, 0.4
+    z_a, z_b = norm.ppf(0.975), norm.ppf(0.8)
+    closed = ((z_a * np.sqrt(p_disc) + z_b * np.sqrt(p_disc - delta ** 2)) / delta) ** 2
+    n = mcnemar_moves(delta, p_disc)
+    assert n == int(np.ceil(closed))
+    assert mcnemar_power(n - 1, delta, p_disc) < 0.8 <= mcnemar_power(n, delta, p_disc)
+    rng = np.random.default_rng(0)  # simulate: p10 = 0.3, p01 = 0.1, McNemar's z test
+    cells = rng.multinomial(n, [(p_disc + delta) / 2, (p_disc - delta) / 2, 1 - p_disc], size=4000)
+    b, c = cells[:, 0], cells[:, 1]
+    z = np.abs(b - c) / np.sqrt(np.maximum(b + c, 1))
+    assert abs(np.mean(z > z_a) - mcnemar_power(n, delta, p_disc)) < 0.05
+    with pytest.raises(ValueError):
+        mcnemar_power(10, 0.5, 0.4)
+
+
+def test_cstr_reaches_the_textbook_steady_state_and_its_closed_form():
+    """Seborg et al.'s exothermic CSTR at q = 100, Tc = 300 K: T = 324.5 K, C_A = 0.877 mol/L;
+    at any steady state C_A = C_Af / (1 + (V/q) k(T)) and the energy balance closes."""
+    from minirepro.papers.hca.plants import CSTR
+
+    plant = get_plant("cstr")
+    p = CSTR
+    for tc, q, ref in ((300.0, 100.0, (324.5, 0.877)), (295.0, 90.0, None)):
+        x = np.array([330.0, 0.8])
+        for _ in range(400):
+            x = plant.step(x, [tc, q], [1.0, 350.0])
+        k = p["k0"] * np.exp(-p["E_R"] / x[0])
+        assert x[1] == pytest.approx(1.0 / (1.0 + p["V"] / q * k), rel=1e-6)
+        heat = q / p["V"] * (350.0 - x[0]) + p["dH"] / p["rho_cp"] * k * x[1] + p["UA"] / (p["V"] * p["rho_cp"]) * (tc - x[0])
+        assert heat == pytest.approx(0.0, abs=1e-6)
+        if ref:
+            assert x[0] == pytest.approx(ref[0], abs=0.05) and x[1] == pytest.approx(ref[1], abs=0.001)
+    G = knowledge_graph(plant)  # a rising temperature calls for colder coolant; feed-rich -> hotter
+    assert G.edges["T", "T_coolant"]["sign"] == -1 and G.edges["CA_feed forecast", "T"]["sign"] == 1
+    x, u = np.array([325.0, 0.87]), np.array([300.0, 100.0])
+    assert path_signs(G, "T upper bound", "feed", x, u, np.array([1.0, 350.0])) == [-1]  # hot feed: less of it
+    assert path_signs(G, "T upper bound", "feed", x, u, np.array([1.0, 300.0])) == [1]  # cold feed: more

@@ -45,11 +45,18 @@ _RESPONSES: dict[str, dict[tuple[str, str], object]] = {
         ("Tz", "airflow"): lambda x, u, d: -_sgn(u[1] - x[0]),  # more air heats if supply is warmer
         ("CO2", "airflow"): +1,
     },
+    "cstr": {
+        ("T", "T_coolant"): -1,
+        ("T", "feed"): lambda x, u, d: -_sgn(d[1] - x[0]),  # more feed heats if the feed is hotter
+        ("CA", "feed"): -1,  # less feed: longer residence, more conversion
+        ("CA", "T_coolant"): +1,  # a warmer reactor converts more
+    },
 }
 # Physics: the sign of each disturbance's effect on each state.
 _PHYSICS: dict[str, dict[tuple[str, str], int]] = {
     "greenhouse": {("solar", "T"): +1, ("solar", "H"): +1, ("T_out", "T"): +1},
     "hvac": {("occupancy", "Tz"): +1, ("occupancy", "CO2"): +1, ("T_out", "Tz"): +1},
+    "cstr": {("CA_feed", "CA"): +1, ("CA_feed", "T"): +1, ("T_feed", "T"): +1},
 }
 
 

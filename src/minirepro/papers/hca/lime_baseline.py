@@ -51,6 +51,21 @@ def instance_features(plant: Plant, problem: MPCProblem) -> np.ndarray:
     return np.concatenate([knobs, problem.x0])
 
 
+def feature_cause(plant: Plant, problem: MPCProblem, top: int) -> int:
+    """Eq. (hca-eq-lime): the cause named by feature ``top``: its own cause for a knob, the
+    bound on that state nearest to the current value for a state feature (a generous reading)."""
+    nc = len(plant.causes)
+    if not 0 <= top < nc + plant.n_x:
+        raise ValueError(f"feature index {top} out of range for {nc + plant.n_x} features")
+    if top < nc:
+        return int(top)
+    s = top - nc
+    cands = [i for i, c in enumerate(plant.causes) if c.kind != "forecast" and c.index == s]
+    gaps = [(problem.x_upper[:, s].min() - problem.x0[s]) if plant.causes[i].kind == "upper"
+            else (problem.x0[s] - problem.x_lower[:, s].max()) for i in cands]
+    return int(cands[int(np.argmin(gaps))])
+
+
 @dataclass
 class LimeResult:
     """Eq. (hca-eq-lime): LIME's label ``c^``, its feature weights, and the black-box queries."""
@@ -100,14 +115,5 @@ def lime_explain(mpc: NMPC, problem: MPCProblem, d_nominal: np.ndarray, primary_
     for idx, w in exp.as_map()[1]:
         weights[names[idx]] = float(w)
     top = max(range(len(names)), key=lambda i: abs(weights[names[i]]))
-    nc = len(plant.causes)
-    if top < nc:
-        label = top
-    else:  # a state feature: the nearest bound on that state
-        s = top - nc
-        cands = [i for i, c in enumerate(plant.causes) if c.kind != "forecast" and c.index == s]
-        gaps = [(problem.x_upper[:, s].min() - problem.x0[s]) if plant.causes[i].kind == "upper"
-                else (problem.x0[s] - problem.x_lower[:, s].max()) for i in cands]
-        label = cands[int(np.argmin(gaps))]
-    return LimeResult(label=label, weights=weights, n_queries=len(queried), n_infeasible=bad[0],
+    return LimeResult(label=feature_cause(plant, problem, top), weights=weights, n_queries=len(queried), n_infeasible=bad[0],
                       queried=np.array(queried))

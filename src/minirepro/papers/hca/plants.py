@@ -1,4 +1,4 @@
-"""Plants for the HCA chapter: a greenhouse and a one-zone building (HVAC).
+"""Plants for the HCA chapter: a greenhouse, a one-zone building (HVAC) and a CSTR.
 
 Each plant has nonlinear discrete-time dynamics ``x+ = f(x, u, d)`` (explicit
 Euler of an ODE, step ``dt`` hours), box bounds on the inputs, time-varying
@@ -76,6 +76,7 @@ class Plant:
     causes: tuple[Cause, ...]
     noise_std: np.ndarray  # process noise per state, per step
     physical_x_range: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    forecast_scale: np.ndarray | None = None  # scale of forecast errors per disturbance (None: mean |nominal|)
 
     @property
     def n_x(self) -> int:
@@ -213,7 +214,87 @@ def building_hvac() -> Plant:
     )
 
 
-PLANTS: dict[str, Callable[[], Plant]] = {"greenhouse": greenhouse, "hvac": building_hvac}
+# ---------------------------------------------------------------- chemical process: CSTR
+# The textbook exothermic CSTR, A -> B, first order (the reactor of Seborg et al., Process Dynamics
+# and Control, also Hedengren's APMonitor benchmark): V = 100 L, rho = 1000 g/L, Cp = 0.239 J/(g K),
+# -dH = 5e4 J/mol, E/R = 8750 K, k0 = 7.2e10, UA = 5e4 J/K per time unit. Time runs in hours
+# here instead of minutes (every rate divided by 60: a large, slow reactor), which leaves every
+# steady state unchanged: at q = 100 L/h, Tc = 300 K, C_Af = 1 mol/L, T_f = 350 K it is
+# T = 324.5 K, C_A = 0.877 mol/L (the tests check it).
+CSTR = {"V": 100.0, "rho_cp": 1000.0 * 0.239, "dH": 5.0e4, "E_R": 8750.0, "k0": 7.2e10, "UA": 5.0e4}
+_CSTR_SUBSTEPS = 1  # RK4 substeps per 15-minute step (one is stable below the 360 K rate cap)
+
+
+def _cstr_rhs(x, u, d):
+    """dT/dt (K/h) and dC_A/dt (mol/(L h)) of the CSTR; x = (T, C_A), u = (Tc, q), d = (C_Af, T_f)."""
+    T, conc = x[0], x[1]
+    tc, q = u[0], u[1]
+    caf, tf = d[0], d[1]
+    p = CSTR
+    T_rate = ca.fmin(ca.fmax(T, 250.0), 360.0)  # the rate law is used inside 250-360 K (keeps RK4 stable)
+    r = p["k0"] * ca.exp(-p["E_R"] / T_rate) * conc
+    dT = q / p["V"] * (tf - T) + p["dH"] / p["rho_cp"] * r + p["UA"] / (p["V"] * p["rho_cp"]) * (tc - T)
+    dca = q / p["V"] * (caf - conc) - r
+    return dT, dca
+
+
+def _cstr_f(x, u, d):
+    """CSTR: reactor temperature T (K) and concentration C_A (mol/L); RK4 over one 15-minute step.
+
+    dT/dt   = q/V (T_f - T) + (-dH)/(rho Cp) k0 e^{-E/RT} C_A + UA/(V rho Cp) (T_c - T)
+    dC_A/dt = q/V (C_Af - C_A) - k0 e^{-E/RT} C_A          (flow x concentration: bilinear)
+    """
+    h = 0.25 / _CSTR_SUBSTEPS
+    T, c = x[0], x[1]
+    for _ in range(_CSTR_SUBSTEPS):
+        k1 = _cstr_rhs((T, c), u, d)
+        k2 = _cstr_rhs((T + h / 2 * k1[0], c + h / 2 * k1[1]), u, d)
+        k3 = _cstr_rhs((T + h / 2 * k2[0], c + h / 2 * k2[1]), u, d)
+        k4 = _cstr_rhs((T + h * k3[0], c + h * k3[1]), u, d)
+        T = T + h / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
+        c = c + h / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
+    return ca.vertcat(T, c)
+
+
+def _cstr_cost(x, u, du):
+    """Stage cost: track 325 K and 0.87 mol/L, pay coolant and throughput away from nominal, smooth."""
+    return ((x[0] - 325.0) ** 2 + 400.0 * (x[1] - 0.87) ** 2 + 0.02 * (u[0] - 300.0) ** 2
+            + 0.002 * (u[1] - 100.0) ** 2 + 0.5 * du[0] ** 2 + 0.02 * du[1] ** 2)
+
+
+def _cstr_nominal(t):
+    """Nominal feed: concentration C_Af (mol/L) and temperature T_f (K), with a daily swing."""
+    t = np.asarray(t, float)
+    phase = 2 * np.pi * (t % STEPS_PER_DAY) / STEPS_PER_DAY
+    return np.stack([1.0 + 0.03 * np.sin(phase), 350.0 - 3.0 * np.cos(phase)], axis=-1)
+
+
+def cstr() -> Plant:
+    """The exothermic CSTR (states T, C_A; inputs coolant temperature, feed flow; feed disturbances)."""
+    return Plant(
+        name="cstr",
+        state_names=("T", "CA"), state_units=("K", "mol/L"),
+        input_names=("T_coolant", "feed"), input_units=("K", "L/h"),
+        dist_names=("CA_feed", "T_feed"), dist_units=("mol/L", "K"),
+        dt=0.25, f=_cstr_f, stage_cost=_cstr_cost,
+        u_min=np.array([280.0, 85.0]), u_max=np.array([303.0, 115.0]),
+        x_lower=np.array([310.0, -np.inf]), x_upper=np.array([340.0, 0.95]),
+        x_init=np.array([324.5, 0.877]), u_init=np.array([300.0, 100.0]),
+        nominal=_cstr_nominal,
+        causes=(
+            Cause("T upper bound", "upper", 0, event=321.5, scale=1.0, feature_range=(-3.0, 3.0)),
+            Cause("T lower bound", "lower", 0, event=327.5, scale=1.0, feature_range=(-3.0, 3.0)),
+            Cause("CA upper bound", "upper", 1, event=0.855, scale=0.02, feature_range=(-0.03, 0.03)),
+            Cause("CA_feed forecast", "forecast", 0, event=0.06, feature_range=(0.0, 1.5)),
+            Cause("T_feed forecast", "forecast", 1, event=-10.0, feature_range=(0.0, 1.5)),
+        ),
+        noise_std=np.array([0.1, 0.002]),
+        physical_x_range=np.array([[310.0, 340.0], [0.6, 0.95]]),
+        forecast_scale=np.array([0.3, 20.0]),  # absolute temperatures: errors of a kelvin, not of 5% of 350 K
+    )
+
+
+PLANTS: dict[str, Callable[[], Plant]] = {"greenhouse": greenhouse, "hvac": building_hvac, "cstr": cstr}
 
 
 def get_plant(name: str) -> Plant:
@@ -321,7 +402,7 @@ def make_schedule(plant: Plant, n_days: int, events_per_day: int, horizon: int,
         events.append(Event(cause=cause, onset=onset, length=length,
                             t_explain=onset - lead, day=onset // STEPS_PER_DAY,
                             distractor=other if distractor > 0 else -1))
-    scale = np.abs(d_nom).mean(axis=0) + 1e-9
+    scale = plant.forecast_scale if plant.forecast_scale is not None else np.abs(d_nom).mean(axis=0) + 1e-9
     noise = np.zeros_like(d_nom)
     for k in range(1, total):
         noise[k] = 0.8 * noise[k - 1] + rng.normal(0.0, forecast_noise * 0.6, plant.n_d) * scale
