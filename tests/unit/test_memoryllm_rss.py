@@ -21,10 +21,32 @@ from minirepro.papers.memoryllm.tol import build_tol, save_tol
 MB = 2 ** 20
 
 
+def _live_children() -> set[int]:
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.add(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _children_before():
+    """Processes this test process already had (other tests in the same xdist worker may
+    leave ones that are still being reaped); only the probe's own must be gone."""
+    global _BEFORE
+    _BEFORE = _live_children()
+    yield
+
+
+_BEFORE: set[int] = set()
+
+
 def _no_children() -> None:
-    kids = [p for p in psutil.Process().children(recursive=True) if p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE]
-    assert not kids, f"processes left running: {kids}"
+    kids = _live_children() - _BEFORE
+    assert not kids, f"processes left running: {[psutil.Process(k).cmdline()[:3] for k in kids]}"
 
 
 def _decoders(d: int = 96, vocab: int = 97):
