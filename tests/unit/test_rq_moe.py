@@ -311,3 +311,24 @@ def test_per_seed_and_summary_on_a_known_table():
     assert summ.loc[("s", "QINCo"), "mse mean"] == 2.0 and summ.loc[("s", "QINCo"), "n"] == 2
     with pytest.raises(ValueError, match="no rows"):
         rq_moe.per_seed(df, "other")
+
+
+def test_opq_and_lsq_iterations_are_faiss_defaults():
+    """The config (every preset) and FaissQuantizer run OPQ and LSQ at faiss's own defaults."""
+    import inspect
+
+    import faiss
+
+    from minirepro.papers.rq_moe import Config
+
+    lsq, opq = faiss.LocalSearchQuantizer(D, 2, 4), faiss.OPQMatrix(D, 2)
+    want = {"opq_iters": opq.niter, "lsq_train_iters": lsq.train_iters,
+            "lsq_encode_iters": lsq.encode_ils_iters}
+    sig = inspect.signature(FaissQuantizer).parameters
+    for scale in ("smoke", "book", "full"):
+        cfg = Config.from_params({"scale": scale})
+        assert {k: getattr(cfg, k) for k in want} == want, scale
+    assert {k: sig[k].default for k in want} == want
+    q = FaissQuantizer("LSQ", D, 2, 4)
+    assert (q.q.train_iters, q.q.encode_ils_iters) == (lsq.train_iters, lsq.encode_ils_iters)
+    assert FaissQuantizer("OPQ", D, 2, 4).rotation.niter == opq.niter

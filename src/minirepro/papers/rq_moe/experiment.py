@@ -44,9 +44,9 @@ class Config(ScaledConfig):
     qinco_hidden: int = 32       # QINCo: hidden width (parameters roughly matched to RQ-MoE)
     qinco_layers: int = 2        # QINCo: residual blocks per step
     kmeans_iters: int = 20       # k-means iterations of the faiss PQ and RQ codebooks
-    opq_iters: int = 10
-    lsq_train_iters: int = 10
-    lsq_encode_iters: int = 8
+    opq_iters: int = 50          # OPQ rotation iterations (faiss's OPQMatrix default)
+    lsq_train_iters: int = 25    # LSQ training iterations (faiss's LocalSearchQuantizer default)
+    lsq_encode_iters: int = 16   # LSQ encoding local-search iterations (faiss's default)
     timing_M: tuple[int, ...] = (2, 4, 8, 16)
     timing_repeats: int = 9
     n_seeds: int = 5             # seeds of the headline comparison
@@ -54,13 +54,11 @@ class Config(ScaledConfig):
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         "smoke": {"n_train": 1000, "n_database": 500, "n_queries": 100, "steps": 10,
                   "curve_M": (2, 4), "timing_M": (2, 4, 8), "timing_repeats": 5,
-                  "kmeans_iters": 10, "opq_iters": 4, "lsq_train_iters": 4, "lsq_encode_iters": 4,
-                  "n_seeds": 1},
+                  "kmeans_iters": 10, "n_seeds": 1},
         "book": {},
         "full": {"n_train": 30000, "n_database": 10000, "n_queries": 1000, "K": 64,
                  "steps": 2000, "batch_size": 256, "lr": 1e-3, "hidden": 32,
-                 "qinco_hidden": 64, "opq_iters": 50, "lsq_train_iters": 25,
-                 "lsq_encode_iters": 16, "timing_repeats": 7},
+                 "qinco_hidden": 64, "timing_repeats": 7},
     }
 
     def __post_init__(self) -> None:
