@@ -49,11 +49,13 @@ class Config(ScaledConfig):
     lsq_encode_iters: int = 16   # LSQ encoding local-search iterations (faiss's default)
     timing_M: tuple[int, ...] = (2, 4, 8, 16)
     timing_repeats: int = 9
+    timing_batches: tuple[int, ...] = (64, 2000, 16384)  # codes per decode call in the timing
     n_seeds: int = 5             # seeds of the headline comparison
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         "smoke": {"n_train": 1000, "n_database": 500, "n_queries": 100, "steps": 10,
                   "curve_M": (2, 4), "timing_M": (2, 4, 8), "timing_repeats": 5,
+                  "timing_batches": (64, 500),
                   "kmeans_iters": 10, "n_seeds": 1},
         "book": {},
         "full": {"n_train": 30000, "n_database": 10000, "n_queries": 1000, "K": 64,
