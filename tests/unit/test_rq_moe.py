@@ -311,3 +311,91 @@ def test_per_seed_and_summary_on_a_known_table():
     assert summ.loc[("s", "QINCo"), "mse mean"] == 2.0 and summ.loc[("s", "QINCo"), "n"] == 2
     with pytest.raises(ValueError, match="no rows"):
         rq_moe.per_seed(df, "other")
+
+
+def test_opq_and_lsq_iterations_are_faiss_defaults():
+    """The config (every preset) and FaissQuantizer run OPQ and LSQ at faiss's own defaults."""
+    import inspect
+
+    import faiss
+
+    from minirepro.papers.rq_moe import Config
+
+    lsq, opq = faiss.LocalSearchQuantizer(D, 2, 4), faiss.OPQMatrix(D, 2)
+    want = {"opq_iters": opq.niter, "lsq_train_iters": lsq.train_iters,
+            "lsq_encode_iters": lsq.encode_ils_iters}
+    sig = inspect.signature(FaissQuantizer).parameters
+    for scale in ("smoke", "book", "full"):
+        cfg = Config.from_params({"scale": scale})
+        assert {k: getattr(cfg, k) for k in want} == want, scale
+    assert {k: sig[k].default for k in want} == want
+    q = FaissQuantizer("LSQ", D, 2, 4)
+    assert (q.q.train_iters, q.q.encode_ils_iters) == (lsq.train_iters, lsq.encode_ils_iters)
+    assert FaissQuantizer("OPQ", D, 2, 4).rotation.niter == opq.niter
+
+
+@pytest.mark.parametrize("net", [
+    lambda: RQMoE(8, 16, 5, n_experts=3, hidden=6, gate_hidden=5),
+    lambda: RQMoE(8, 16, 4, n_experts=2, hidden=6, n_layers=2),
+    lambda: QINCo(8, 16, 5, hidden=7, n_layers=3),
+])
+def test_decode_macs_match_the_products_torch_runs(net):
+    """The architecture's count equals torch's FLOP counter (from the matmuls' shapes) / 2 per vector."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from minirepro.papers.rq_moe import model_decode_macs
+
+    q = net()
+    q.init_from_rq(np.random.default_rng(0).normal(size=(q.M, 16, 8)).astype(np.float32))
+    codes = torch.randint(0, 16, (13, q.M))
+    with FlopCounterMode(display=False) as fc:
+        q.decode(codes)
+    assert fc.get_total_flops() == 2 * 13 * model_decode_macs(q)
+
+
+def test_decode_macs_by_hand():
+    from minirepro.papers.rq_moe import decode_macs
+
+    # QINCo, d=4, M=3, H=2, L=1: 2 steps x (2*16 + 2*4*2) = 96
+    assert decode_macs("QINCo", 4, 3, hidden=2, n_layers=1) == 96
+    # RQ-MoE, d=4, M=3, N=2, H=2, G=3: 2 x (32 + 12 + 6 + 2*4*2*2) + 4*4 = 2 x 82 + 16 = 180
+    assert decode_macs("RQ-MoE", 4, 3, n_experts=2, hidden=2, gate_hidden=3) == 180
+    with pytest.raises(ValueError, match="unknown method"):
+        decode_macs("PQ", 4, 3)
+
+
+def test_late_drop():
+    from minirepro.papers.rq_moe import late_drop
+
+    assert late_drop([1.0] * 20) == 0.0
+    assert late_drop([3.0] * 16 + [2.2, 2.2, 2.0, 2.0]) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="at least 10"):
+        late_drop([1.0] * 9)
+
+
+def test_cosine_schedule_trains_and_rejects_unknown(splits, plain_rq):
+    q = RQMoE(D, K, M, n_experts=2, hidden=8).init_from_rq(plain_rq.codebooks)
+    losses = train_quantizer(q, splits.train, 12, 64, 1e-2, schedule="cosine")
+    assert len(losses) == 12 and np.isfinite(losses).all()
+    with pytest.raises(ValueError, match="schedule"):
+        train_quantizer(q, splits.train, 2, 64, schedule="step")
+
+
+def test_stored_networks_match_the_book_config_and_their_manifest():
+    """The book preset loads the artifact's networks; they reproduce the MSE recorded at build time."""
+    from minirepro.papers.rq_moe import Config, pretrained
+
+    book, smoke = Config.from_params({"scale": "book"}), Config.from_params({"scale": "smoke"})
+    assert pretrained.mismatches(book) == [] and book.pretrained
+    assert "n_train" in pretrained.mismatches(smoke) and not smoke.pretrained
+    assert pretrained.stored_network(smoke, "RQ-MoE", "synthetic", 0, 4) is None
+    meta = pretrained.artifact_meta()
+    assert meta["recipe"]["seeds"] == list(range(book.n_seeds))
+    for method in ("RQ-MoE", "QINCo"):
+        net = pretrained.stored_network(book, method, "digits", 1, book.M)
+        db = load_vectors("digits", book.n_train, book.n_database, book.n_queries, d=book.d, seed=1).database
+        stored = meta["networks"][f"{method}/digits/1/M{book.M}/"]
+        assert mse(db, net.decode(net.encode(db)).numpy()) == pytest.approx(stored["db_mse"], rel=1e-3)
+        assert stored["db_mse"] < stored["db_mse_rq"]  # training moved it below its RQ start
+    curves = pretrained.training_curves(M=book.M)
+    assert len(curves) == 2 * 2 * book.n_seeds * (book.steps // meta["curve_every"])

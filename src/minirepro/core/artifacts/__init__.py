@@ -74,6 +74,7 @@ RECIPE_MODULES: tuple[str, ...] = (
     "minirepro.papers.tasm.spread_artifact",
     "minirepro.papers.model_dowser.artifact",
     "minirepro.papers.memoryllm.artifact",
+    "minirepro.papers.rq_moe.artifact",
 )
 
 __all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",

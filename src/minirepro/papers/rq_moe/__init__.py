@@ -7,13 +7,22 @@ One file per concern:
 * ``quantizers``: ``RQMoE`` and ``QINCo`` in torch, and the normalised training loss;
 * ``train``: initialisation scale and the training loop;
 * ``baselines``: faiss PQ, OPQ, RQ (beam 1 / 8), LSQ behind one ``FaissQuantizer``;
-* ``evaluate``: MSE, R@k, decode timing, sequential depth;
+* ``evaluate``: MSE, R@k, decode timing, sequential depth, multiply-adds per decoded vector;
+* ``artifact`` / ``pretrained``: the book's trained networks as a checked artifact, and loading them;
 * ``experiment``: the chapter's config and comparison runs.
 """
 
 from minirepro.papers.rq_moe.baselines import BASELINES, FaissQuantizer
 from minirepro.papers.rq_moe.data import DATASETS, VectorSplits, load_vectors
-from minirepro.papers.rq_moe.evaluate import mse, recall_at, sequential_depth, true_neighbours
+from minirepro.papers.rq_moe.evaluate import (
+    decode_macs,
+    late_drop,
+    model_decode_macs,
+    mse,
+    recall_at,
+    sequential_depth,
+    true_neighbours,
+)
 from minirepro.papers.rq_moe.experiment import (
     METHODS,
     NEURAL,
@@ -27,6 +36,7 @@ from minirepro.papers.rq_moe.experiment import (
     summarise,
     timing_models,
 )
+from minirepro.papers.rq_moe.pretrained import stored_network, training_curves
 from minirepro.papers.rq_moe.quantizers import QINCo, RQMoE, normalized_loss
 from minirepro.papers.rq_moe.rq import PlainRQ
 from minirepro.papers.rq_moe.special_cases import special_case_deviations
@@ -48,9 +58,12 @@ __all__ = [
     "VectorSplits",
     "build_neural",
     "code_size_curve",
+    "decode_macs",
     "data_scale",
     "decode_time_curve",
+    "late_drop",
     "load_vectors",
+    "model_decode_macs",
     "mse",
     "normalized_loss",
     "per_seed",
@@ -59,8 +72,10 @@ __all__ = [
     "run_setting",
     "sequential_depth",
     "special_case_deviations",
+    "stored_network",
     "summarise",
     "timing_models",
     "train_quantizer",
+    "training_curves",
     "true_neighbours",
 ]

@@ -18,10 +18,14 @@ class FaissQuantizer:
     rotation then PQ ("OPQ"), ``ResidualQuantizer`` with beam 1 ("RQ") or beam
     ``wide_beam`` ("RQ (beam 8)"), ``LocalSearchQuantizer`` ("LSQ"). ``fit``, then
     ``encode`` (n, d) -> (n, M) int64 and ``decode`` (n, M) -> (n, d) float32.
+
+    The OPQ and LSQ iteration counts default to faiss's own defaults (``OPQMatrix.niter``,
+    ``LocalSearchQuantizer.train_iters`` and ``encode_ils_iters``; a unit test reads them
+    from fresh faiss objects).
     """
 
     def __init__(self, name: str, d: int, M: int, nbits: int, wide_beam: int = 8,
-                 lsq_train_iters: int = 10, lsq_encode_iters: int = 8, opq_iters: int = 20,
+                 lsq_train_iters: int = 25, lsq_encode_iters: int = 16, opq_iters: int = 50,
                  kmeans_iters: int = 25, seed: int = 0) -> None:
         import faiss
 

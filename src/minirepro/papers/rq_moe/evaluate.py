@@ -69,6 +69,53 @@ def sequential_depth(method: str, M: int, n_layers: int) -> int:
     raise ValueError(f"unknown method {method!r}; expected 'QINCo' or 'RQ-MoE'")
 
 
+def late_drop(losses: list[float] | np.ndarray) -> float:
+    """[reconstruction] How much the loss still fell at the end of training (a convergence check).
+
+    ``(mean of the 9th tenth - mean of the last tenth) / mean of the last tenth`` of the
+    loss sequence (at least 10 entries); near 0 once the curve has flattened.
+    """
+    v = np.asarray(losses, dtype=np.float64)
+    if v.ndim != 1 or len(v) < 10:
+        raise ValueError(f"need a 1-D sequence of at least 10 losses, got shape {v.shape}")
+    tenth = len(v) // 10
+    last, before = v[len(v) - tenth:].mean(), v[len(v) - 2 * tenth:len(v) - tenth].mean()
+    return float((before - last) / last)
+
+
+def decode_macs(method: str, d: int, M: int, *, n_experts: int = 4, hidden: int = 16,
+                n_layers: int = 1, gate_hidden: int | None = None) -> int:
+    """Multiply-adds in matrix products to decode one vector, from the architecture.
+
+    Both networks spend, per step m = 1..M-1, ``2 d^2`` on the input projection
+    (QINCo: ``[c ; x_hat] W``; RQ-MoE: ``c W^c + I W^I``). QINCo then runs ``n_layers``
+    blocks d -> hidden -> d (``2 d H`` each). RQ-MoE runs the gate (``d G + G N``) and
+    its ``N`` experts: with one block each, fused as ``d N H + N H d``; otherwise expert
+    by expert (``N L 2 d H``) plus the gate-weighted sum (``N d``). RQ-MoE's instructions
+    are one product with a lower-triangular (M-1) x (M-1) matrix: ``(M-1)^2 d`` more.
+    Table look-ups, biases and element-wise work are not counted.
+    """
+    if M < 2 or min(d, n_experts, hidden, n_layers) < 1:
+        raise ValueError(f"need M >= 2 and positive sizes, got d={d}, M={M}, "
+                         f"N={n_experts}, H={hidden}, L={n_layers}")
+    S, N, H, L, G = M - 1, n_experts, hidden, n_layers, gate_hidden or hidden
+    if method == "QINCo":
+        return S * (2 * d * d + L * 2 * d * H)
+    if method == "RQ-MoE":
+        experts = 2 * d * N * H if L == 1 else N * L * 2 * d * H + N * d
+        return S * (2 * d * d + d * G + G * N + experts) + S * S * d
+    raise ValueError(f"unknown method {method!r}; expected 'QINCo' or 'RQ-MoE'")
+
+
+def model_decode_macs(model: torch.nn.Module) -> int:
+    """``decode_macs`` for a built RQ-MoE or QINCo (reads its sizes)."""
+    name = type(model).__name__
+    if name == "QINCo":
+        return decode_macs("QINCo", model.d, model.M, hidden=model.hidden, n_layers=model.n_layers)
+    return decode_macs("RQ-MoE", model.d, model.M, n_experts=model.n_experts, hidden=model.hidden,
+                       n_layers=model.n_layers, gate_hidden=model.G1.shape[-1])
+
+
 def perturb_(model: torch.nn.Module, scale: float = 0.1, seed: int = 0) -> torch.nn.Module:
     """Add small Gaussian noise to every parameter, in place (timing models that are not RQ)."""
     g = torch.Generator().manual_seed(seed)

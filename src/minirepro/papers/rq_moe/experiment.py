@@ -16,7 +16,8 @@ from minirepro.core.seed import threads_from_env
 from minirepro.core.stats import per_seed_wide, seed_summary
 from minirepro.papers.rq_moe.baselines import BASELINES, FaissQuantizer
 from minirepro.papers.rq_moe.data import VectorSplits, load_vectors
-from minirepro.papers.rq_moe.evaluate import mse, recall_at, true_neighbours
+from minirepro.papers.rq_moe.evaluate import late_drop, mse, recall_at, true_neighbours
+from minirepro.papers.rq_moe.pretrained import stored_late_drop, stored_losses, stored_network
 from minirepro.papers.rq_moe.quantizers import QINCo, RQMoE
 from minirepro.papers.rq_moe.train import data_scale, train_quantizer
 
@@ -35,32 +36,35 @@ class Config(ScaledConfig):
     K: int = 32                  # codewords per step (5 bits)
     M: int = 4                   # steps of the headline comparison
     curve_M: tuple[int, ...] = (2, 4, 8)  # steps for the code-size curve (seed 0, synthetic)
-    steps: int = 80              # Adam steps for RQ-MoE and QINCo (the same budget)
+    steps: int = 5000            # Adam steps for RQ-MoE and QINCo (the same budget)
     batch_size: int = 128
     lr: float = 3e-3
+    lr_schedule: str = "cosine"  # learning-rate schedule {constant, cosine}
+    pretrained: bool = True      # load the networks from the artifact when it matches the config
     n_experts: int = 4           # RQ-MoE: experts per step
     hidden: int = 16             # RQ-MoE: expert hidden width
     n_layers: int = 1            # RQ-MoE: residual blocks per expert
     qinco_hidden: int = 32       # QINCo: hidden width (parameters roughly matched to RQ-MoE)
     qinco_layers: int = 2        # QINCo: residual blocks per step
     kmeans_iters: int = 20       # k-means iterations of the faiss PQ and RQ codebooks
-    opq_iters: int = 10
-    lsq_train_iters: int = 10
-    lsq_encode_iters: int = 8
+    opq_iters: int = 50          # OPQ rotation iterations (faiss's OPQMatrix default)
+    lsq_train_iters: int = 25    # LSQ training iterations (faiss's LocalSearchQuantizer default)
+    lsq_encode_iters: int = 16   # LSQ encoding local-search iterations (faiss's default)
     timing_M: tuple[int, ...] = (2, 4, 8, 16)
     timing_repeats: int = 9
+    timing_batches: tuple[int, ...] = (64, 2000, 16384)  # codes per decode call in the timing
     n_seeds: int = 5             # seeds of the headline comparison
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         "smoke": {"n_train": 1000, "n_database": 500, "n_queries": 100, "steps": 10,
+                  "pretrained": False,
                   "curve_M": (2, 4), "timing_M": (2, 4, 8), "timing_repeats": 5,
-                  "kmeans_iters": 10, "opq_iters": 4, "lsq_train_iters": 4, "lsq_encode_iters": 4,
-                  "n_seeds": 1},
+                  "timing_batches": (64, 500),
+                  "kmeans_iters": 10, "n_seeds": 1},
         "book": {},
         "full": {"n_train": 30000, "n_database": 10000, "n_queries": 1000, "K": 64,
-                 "steps": 2000, "batch_size": 256, "lr": 1e-3, "hidden": 32,
-                 "qinco_hidden": 64, "opq_iters": 50, "lsq_train_iters": 25,
-                 "lsq_encode_iters": 16, "timing_repeats": 7},
+                 "steps": 2000, "batch_size": 256, "lr": 1e-3, "hidden": 32, "pretrained": False,
+                 "qinco_hidden": 64, "timing_repeats": 7},
     }
 
     def __post_init__(self) -> None:
@@ -92,7 +96,10 @@ def run_setting(splits: VectorSplits, cfg: Config, M: int, seed: int,
     """Fit, encode and decode the database with every method; measure MSE and recall.
 
     RQ-MoE and QINCo start from the codebooks of faiss's beam-1 ``ResidualQuantizer``
-    (the "RQ" row), so at step 0 of training they are exactly that quantizer.
+    (the "RQ" row), so at step 0 of training they are exactly that quantizer. With
+    ``cfg.pretrained`` and a config equal to the artifact's recipe, the networks trained
+    this way are loaded from ``artifacts/rq-moe-quantizers`` instead of trained again
+    (``trained`` column: "artifact" or "live").
 
     Returns:
         (rows, models): one dict per method with ``mse``, ``R@1``, ``R@10``, timings
@@ -121,11 +128,18 @@ def run_setting(splits: VectorSplits, cfg: Config, M: int, seed: int,
                                lsq_encode_iters=cfg.lsq_encode_iters,
                                kmeans_iters=cfg.kmeans_iters, seed=seed).fit(xt)
         else:
-            torch.manual_seed(seed)
-            q = build_neural(name, cfg, M).init_from_rq(rq.codebooks(), data_scale(xt))
-            losses = train_quantizer(q, xt, cfg.steps, cfg.batch_size, cfg.lr, seed=seed,
-                                     desc=f"{name} M={M} seed={seed}")
-            extra = {"params": q.n_parameters(), "loss_first": losses[0], "loss_last": losses[-1]}
+            q = stored_network(cfg, name, splits.name, seed, M) if cfg.pretrained else None
+            if q is not None:
+                first, last = stored_losses(name, splits.name, seed, M)
+                extra = {"trained": "artifact", "late_drop": stored_late_drop(name, splits.name, seed, M)}
+            else:
+                torch.manual_seed(seed)
+                q = build_neural(name, cfg, M).init_from_rq(rq.codebooks(), data_scale(xt))
+                losses = train_quantizer(q, xt, cfg.steps, cfg.batch_size, cfg.lr, seed=seed,
+                                         desc=f"{name} M={M} seed={seed}", schedule=cfg.lr_schedule)
+                first, last = losses[0], losses[-1]
+                extra = {"trained": "live", "late_drop": late_drop(losses)}
+            extra |= {"params": q.n_parameters(), "loss_first": first, "loss_last": last}
         fit_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         codes = np.asarray(q.encode(xb))
@@ -179,10 +193,12 @@ def decode_time_curve(cfg: Config, n_codes: int | None = None, seed: int = 0) ->
 
     All three are timed interleaved in one run per M on the same random codes
     (``n_codes`` of them, default ``cfg.n_database``). Returns one row per (M, method)
-    with ``seconds``, ``speedup_vs_QINCo`` and the ``depth`` bound of ``sequential_depth``.
+    with ``seconds``, ``speedup_vs_QINCo``, the ``depth`` bound of ``sequential_depth`` and
+    ``macs``, the multiply-adds per decoded vector of ``decode_macs`` (the serial RQ-MoE
+    decoder does the fused one's products step by step, without the instruction product).
     """
     from minirepro.core import compare_times
-    from minirepro.papers.rq_moe.evaluate import sequential_depth
+    from minirepro.papers.rq_moe.evaluate import model_decode_macs, sequential_depth
 
     set_seed(seed)
     n_codes = n_codes or cfg.n_database
@@ -198,8 +214,11 @@ def decode_time_curve(cfg: Config, n_codes: int | None = None, seed: int = 0) ->
         layers = {"QINCo": cfg.qinco_layers, "RQ-MoE": cfg.n_layers, "RQ-MoE (serial)": cfg.n_layers}
         for name, sec in t.medians.items():
             depth = sequential_depth("QINCo" if name != "RQ-MoE" else "RQ-MoE", M, layers[name])
-            rows.append({"M": M, "method": name, "seconds": sec,
-                         "speedup_vs_QINCo": t.speedups[name], "depth": depth})
+            macs = model_decode_macs(q if name == "QINCo" else r)
+            if name == "RQ-MoE (serial)":
+                macs -= (M - 1) ** 2 * cfg.d  # no triangular product: the instructions are a running sum
+            rows.append({"batch": n_codes, "M": M, "method": name, "seconds": sec,
+                         "speedup_vs_QINCo": t.speedups[name], "depth": depth, "macs": macs})
     return pd.DataFrame(rows)
 
 

@@ -64,8 +64,16 @@ def plot_relative_mse(df: pd.DataFrame) -> plt.Figure:
 
 
 def plot_decode_time(timings: dict[int, pd.DataFrame]) -> plt.Figure:
-    """Decode time (ms) against steps M, one panel per batch size, and the sequential depth."""
-    fig, axes = plt.subplots(1, len(timings) + 1, figsize=(4.2 * (len(timings) + 1), 4))
+    """Decode time (ms) against steps M, one panel per batch size, and the sequential depth.
+
+    ``timings`` maps a batch size (codes per decode call) to a ``decode_time_curve`` table;
+    panels run two per row.
+    """
+    n = len(timings) + 1
+    fig, grid = plt.subplots((n + 1) // 2, 2, figsize=(9, 3.6 * ((n + 1) // 2)), squeeze=False)
+    axes = grid.ravel()[:n]
+    for ax in grid.ravel()[n:]:
+        ax.remove()
     styles = (("QINCo", "-"), ("RQ-MoE", "-"), ("RQ-MoE (serial)", ":"))
     for ax, (n_codes, timing) in zip(axes, timings.items()):
         for name, ls in styles:
@@ -88,6 +96,30 @@ def plot_decode_time(timings: dict[int, pd.DataFrame]) -> plt.Figure:
         ax.set_xticks(ticks, [str(m) for m in ticks])
         ax.minorticks_off()
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    plt.close(fig)  # shown once, by the cell's value, whatever the backend
+    return fig
+
+
+def plot_training_curves(curves: pd.DataFrame) -> plt.Figure:
+    """Training loss (Eq. rq-moe-eq-loss) against Adam step, one panel per dataset.
+
+    ``curves`` is long format (method, dataset, seed, step, loss), e.g. the artifact's
+    stored block means; the line is the mean over seeds, the band their range.
+    """
+    datasets = list(dict.fromkeys(curves.dataset))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(9, 3.8), squeeze=False)
+    for ax, ds in zip(axes[0], datasets):
+        for name in ("QINCo", "RQ-MoE"):
+            sub = curves[(curves.dataset == ds) & (curves.method == name)]
+            if sub.empty:
+                continue
+            g = sub.groupby("step").loss
+            mean, lo, hi = g.mean(), g.min(), g.max()
+            ax.plot(mean.index, mean.values, color=color(name), lw=1.8, label=f"{name} (mean of seeds)")
+            ax.fill_between(mean.index, lo.values, hi.values, color=color(name), alpha=0.2, lw=0)
+        ax.set(xlabel="Adam step", ylabel="training loss (block mean)", title=ds)
+        ax.legend(fontsize=9, loc="upper right")
     fig.tight_layout()
     plt.close(fig)  # shown once, by the cell's value, whatever the backend
     return fig

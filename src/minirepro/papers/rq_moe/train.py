@@ -17,12 +17,15 @@ def data_scale(x: np.ndarray) -> float:
 
 
 def train_quantizer(model: _NeuralRQ, x: np.ndarray, steps: int, batch_size: int = 256,
-                    lr: float = 1e-3, seed: int = 0, desc: str = "train") -> list[float]:
+                    lr: float = 1e-3, seed: int = 0, desc: str = "train",
+                    schedule: str = "constant") -> list[float]:
     """Eq. (rq-moe-eq-loss): Adam on ``normalized_loss`` for ``steps`` mini-batches of raw ``x``.
 
     Each step encodes the batch with the current network (no gradient: codes are
     discrete), decodes those codes with gradients, and takes one Adam step. Batches
     are drawn without replacement, epoch by epoch, from a generator seeded by ``seed``.
+    ``schedule`` is ``"constant"`` (``lr`` throughout) or ``"cosine"`` ([reconstruction]:
+    ``lr`` annealed to 0 over ``steps`` by a half cosine, so a long run settles).
 
     Returns:
         The loss of every step.
@@ -32,9 +35,13 @@ def train_quantizer(model: _NeuralRQ, x: np.ndarray, steps: int, batch_size: int
     check_vectors(x, model.d)
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be positive, got {steps}, {batch_size}")
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"schedule must be 'constant' or 'cosine', got {schedule!r}")
     xs = torch.as_tensor(np.asarray(x, dtype=np.float32)) / model.scale
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps) \
+        if schedule == "cosine" else None
     order: list[torch.Tensor] = []
 
     def step(_: int) -> float:
@@ -47,6 +54,8 @@ def train_quantizer(model: _NeuralRQ, x: np.ndarray, steps: int, batch_size: int
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if sched is not None:
+            sched.step()
         return loss.item()
 
     model.train()
