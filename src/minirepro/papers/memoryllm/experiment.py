@@ -40,7 +40,7 @@ class Config(ScaledConfig):
     rss_tokens: int = 48
     rss_reps: int = 3
     PRESETS: ClassVar = {
-        "smoke": {"n_seeds": 2, "n_test": 120, "alphas": (1.0, 0.5, 0.0), "tol_bits": (16, 4), "timing_d": 96, "timing_tokens": 12,
+        "smoke": {"n_seeds": 2, "n_test": 80, "alphas": (1.0, 0.5, 0.0), "tol_bits": (16, 4), "timing_d": 96, "timing_tokens": 12,
                   "timing_reps": 2, "rss_reps": 1},
         "book": {},
         "full": {"timing_d": 768, "timing_tokens": 128, "timing_reps": 10, "rss_d": 768, "rss_reps": 5},
