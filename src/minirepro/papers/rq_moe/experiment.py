@@ -91,6 +91,26 @@ def build_neural(method: str, cfg: Config, M: int) -> RQMoE | QINCo:
     raise ValueError(f"unknown neural method {method!r}; expected one of {NEURAL}")
 
 
+def fit_neural(name: str, cfg: Config, dataset: str, xt: np.ndarray, rq, M: int,
+               seed: int) -> tuple[Any, dict[str, Any]]:
+    """RQ-MoE or QINCo (``name``) with ``M`` steps: loaded from the artifact when
+    ``cfg.pretrained`` and the config match its recipe, else initialised at ``rq``'s
+    codebooks and trained live on ``xt`` (n, d). Returns the network and its row's
+    extra columns (``trained``, ``late_drop``, ``params``, ``loss_first``, ``loss_last``)."""
+    q = stored_network(cfg, name, dataset, seed, M) if cfg.pretrained else None
+    if q is not None:
+        first, last = stored_losses(name, dataset, seed, M)
+        extra = {"trained": "artifact", "late_drop": stored_late_drop(name, dataset, seed, M)}
+    else:
+        torch.manual_seed(seed)
+        q = build_neural(name, cfg, M).init_from_rq(rq.codebooks(), data_scale(xt))
+        losses = train_quantizer(q, xt, cfg.steps, cfg.batch_size, cfg.lr, seed=seed,
+                                 desc=f"{name} M={M} seed={seed}", schedule=cfg.lr_schedule)
+        first, last = losses[0], losses[-1]
+        extra = {"trained": "live", "late_drop": late_drop(losses)}
+    return q, extra | {"params": q.n_parameters(), "loss_first": first, "loss_last": last}
+
+
 def run_setting(splits: VectorSplits, cfg: Config, M: int, seed: int,
                 methods: tuple[str, ...] = METHODS) -> tuple[list[dict], dict]:
     """Fit, encode and decode the database with every method; measure MSE and recall.
@@ -128,18 +148,7 @@ def run_setting(splits: VectorSplits, cfg: Config, M: int, seed: int,
                                lsq_encode_iters=cfg.lsq_encode_iters,
                                kmeans_iters=cfg.kmeans_iters, seed=seed).fit(xt)
         else:
-            q = stored_network(cfg, name, splits.name, seed, M) if cfg.pretrained else None
-            if q is not None:
-                first, last = stored_losses(name, splits.name, seed, M)
-                extra = {"trained": "artifact", "late_drop": stored_late_drop(name, splits.name, seed, M)}
-            else:
-                torch.manual_seed(seed)
-                q = build_neural(name, cfg, M).init_from_rq(rq.codebooks(), data_scale(xt))
-                losses = train_quantizer(q, xt, cfg.steps, cfg.batch_size, cfg.lr, seed=seed,
-                                         desc=f"{name} M={M} seed={seed}", schedule=cfg.lr_schedule)
-                first, last = losses[0], losses[-1]
-                extra = {"trained": "live", "late_drop": late_drop(losses)}
-            extra |= {"params": q.n_parameters(), "loss_first": first, "loss_last": last}
+            q, extra = fit_neural(name, cfg, splits.name, xt, rq, M, seed)
         fit_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         codes = np.asarray(q.encode(xb))
