@@ -19,6 +19,8 @@ from minirepro.core.lm.corpus_v2 import (
     by_family_v2,
     chance_levels,
     check_answer_v2,
+    family_schedule,
+    generate_split_v2,
     score_answers_v2,
     solve_v2,
 )
@@ -111,7 +113,33 @@ def test_scorer():
         score_answers_v2([], [])
 
 
+def test_family_schedule_is_turns_for_equal_weights_and_proportional_otherwise():
+    assert family_schedule(7, [1, 1, 1]) == [0, 1, 2, 0, 1, 2, 0]
+    w = np.array([6.0, 3.0, 1.0])
+    sched = family_schedule(1000, w)
+    for k in (10, 97, 500, 1000):  # every prefix is within one line of its share
+        counts = np.bincount(sched[:k], minlength=3)
+        assert np.all(np.abs(counts - k * w / w.sum()) <= 1.0)
+
+
+def test_train_weights_change_the_train_split_only():
+    w = (4.0,) + (1.0,) * (len(FAMILIES_V2) - 1)
+    cfg = CorpusV2Config(n_train=1300, n_val=200, n_test=200, train_weights=w)
+    c = build_corpus_v2(cfg)
+    counts = Counter(e.family for e in c.train)
+    assert counts["arith"] == 400 and all(counts[f] == 100 for f in FAMILIES_V2[1:])
+    assert c.fingerprint(("val", "test")) == build_corpus_v2(
+        CorpusV2Config(n_train=1300, n_val=200, n_test=200)).fingerprint(("val", "test"))
+    assert all(solve_v2(e) == e.answer for e in c.train if e.family != "prose")
+    same = generate_split_v2(cfg, 200, 5, c, "test")  # chapters' fresh items take turns too
+    assert Counter(e.family for e in same)["arith"] == 20
+
+
 def test_bad_input():
+    with pytest.raises(ValueError, match="train_weights"):
+        CorpusV2Config(families=("arith", "recall"), train_weights=(1.0,))
+    with pytest.raises(ValueError, match="train_weights"):
+        CorpusV2Config(families=("arith", "recall"), train_weights=(1.0, 0.0))
     with pytest.raises(ValueError, match="unknown family 'nope'"):
         CorpusV2Config(families=("arith", "nope"))
     with pytest.raises(ValueError, match="relay_steps"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
@@ -23,7 +24,12 @@ from minirepro.core.lm.models_v2 import (
     reward_model,
 )
 from minirepro.core.lm.substrate import load_checkpoint
-from minirepro.core.lm.train_v2 import TrainV2Config, encode_examples, train_substrate
+from minirepro.core.lm.train_v2 import (
+    TrainV2Config,
+    encode_examples,
+    length_batches,
+    train_substrate,
+)
 
 CORPUS = build_corpus_v2(CorpusV2Config(n_train=300, n_val=40, n_test=60))
 TOK = train_bpe(CORPUS.texts("train"), vocab_size=600)
@@ -143,6 +149,28 @@ def test_training_records_the_curve_and_is_reproducible():
     assert n_params_v2(a.model) < sum(p.numel() for p in a.model.state_dict().values())  # tied
 
 
+def test_token_budget_batches_cover_an_epoch_within_the_budget():
+    rng = np.random.default_rng(0)
+    lens = list(rng.integers(5, 120, size=3000))
+    batches = length_batches(lens, 12, np.random.default_rng(1), batch_tokens=1024)
+    flat = np.concatenate(batches)
+    assert len(flat) == len(set(flat.tolist())) and len(flat) >= 0.98 * len(lens)
+    arr = np.asarray(lens)
+    padded = [len(b) * arr[b].max() for b in batches]
+    assert max(padded) <= 1024 and np.mean(padded) > 0.85 * 1024
+    assert all(len(b) == 12 for b in length_batches(lens, 12, np.random.default_rng(1)))
+    with pytest.raises(ValueError, match="does not fit batch_tokens"):
+        length_batches([5, 300], 2, np.random.default_rng(0), batch_tokens=256)
+
+
+def test_training_with_token_batches_is_reproducible():
+    cfg = TrainV2Config(steps=4, batch_tokens=256, warmup=1, eval_every=2, eval_examples=8,
+                        vocab_size=600)
+    a = train_substrate(CORPUS, SMALL, cfg, tokenizer=TOK)
+    b = train_substrate(CORPUS, SMALL, cfg, tokenizer=TOK)
+    assert a.curve == b.curve and 0 < a.tokens_seen <= 4 * 256
+
+
 def test_bigram_baseline_beats_uniform():
     bi = BigramLM(TOK, CORPUS.texts("train"))
     nll, n = bi.nll(CORPUS.texts("test"))
@@ -169,5 +197,7 @@ def test_bad_input(tmp_path):
         ModelV2Config(d_model=30, n_heads=4)
     with pytest.raises(ValueError):
         TrainV2Config(steps=0)
+    with pytest.raises(ValueError, match="batch_tokens"):
+        TrainV2Config(batch_tokens=-1)
     with pytest.raises(OSError):
         load_lm(tmp_path / "missing")

@@ -44,13 +44,11 @@ when asked for), so loading a shipped model costs only the val/test splits.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field  # noqa: F401  (kept: the artifact source hash covers imports)
+from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar
 
@@ -185,6 +183,11 @@ class CorpusV2Config(ScaledConfig):
         multi_keys: (min, max) keys asked at once in ``multi``.
         relay_steps: (min, max) steps of agent A's worked trace.
         copy_len: (min, max) words in the ``copy`` context (the answer is 3 words).
+        train_weights: relative number of *training* lines per family, aligned
+            with ``families`` (empty: the families take turns). Validation and
+            test lines always take turns, so every family is scored on as many
+            lines. Used to balance the families by tokens rather than by lines
+            (a ``relay`` line is ten times as long as an ``arith`` one).
         seed: the generator's seed (splits use ``seed``, ``seed + 1``, ``seed + 2``).
     """
 
@@ -200,6 +203,7 @@ class CorpusV2Config(ScaledConfig):
     multi_keys: tuple[int, int] = (2, 3)
     relay_steps: tuple[int, int] = (3, 10)
     copy_len: tuple[int, int] = (8, 16)
+    train_weights: tuple[float, ...] = ()
     seed: int = 2026
 
     PRESETS: ClassVar = {
@@ -229,6 +233,11 @@ class CorpusV2Config(ScaledConfig):
             raise ValueError("recall_pairs max must be <= 16 and multi_keys max <= 4")
         if self.copy_len[0] < 6:
             raise ValueError("copy_len min must be at least 6 (2 query words + 3 answer words + 1)")
+        self.train_weights = tuple(float(w) for w in self.train_weights)
+        if self.train_weights and (len(self.train_weights) != len(self.families)
+                                   or not all(w > 0 and np.isfinite(w) for w in self.train_weights)):
+            raise ValueError(f"train_weights must be empty or {len(self.families)} positive numbers "
+                             f"(one per family), got {self.train_weights}")
 
     @property
     def topic_names(self) -> tuple[str, ...]:
@@ -487,13 +496,35 @@ GENERATORS_V2: dict[str, Callable[..., Example]] = {
 }
 
 
+def family_schedule(n: int, weights: Sequence[float]) -> list[int]:
+    """Which family writes each of ``n`` lines: smooth weighted round-robin over ``weights``.
+
+    Deterministic and evenly spread: after any prefix of ``k`` lines, family
+    ``j`` has written ``k * w_j / sum(w)`` lines to within one. Equal weights give
+    plain turns ``0, 1, 2, ...``.
+    """
+    w = np.asarray(weights, dtype=float)
+    credit = np.zeros(len(w))
+    out = []
+    for _ in range(n):
+        credit += w
+        j = int(np.argmax(credit))
+        credit[j] -= w.sum()
+        out.append(j)
+    return out
+
+
 def generate_split_v2(cfg: CorpusV2Config, n: int, seed: int, corpus: CorpusV2 | None = None,
                       split: str = "train") -> list[Example]:
-    """``n`` examples, families in turn; ``prose`` draws from ``split``'s paragraphs."""
+    """``n`` examples, families in turn (train: by ``cfg.train_weights`` if set); ``prose`` draws from ``split``'s paragraphs."""
     corpus = corpus or CorpusV2(cfg)
     rng = np.random.default_rng(seed)
     fams = cfg.families
-    return [GENERATORS_V2[fams[i % len(fams)]](rng, cfg, corpus, split) for i in range(n)]
+    if split == "train" and cfg.train_weights:
+        order = family_schedule(n, cfg.train_weights)
+    else:
+        order = [i % len(fams) for i in range(n)]
+    return [GENERATORS_V2[fams[j]](rng, cfg, corpus, split) for j in order]
 
 
 def build_corpus_v2(cfg: CorpusV2Config | None = None) -> CorpusV2:
@@ -569,76 +600,104 @@ def chance_levels(corpus: CorpusV2, split: str = "test") -> dict[str, float]:
     return out
 
 
+def _solve_arith(words: list[str], prompt: str) -> str:
+    value = int(words[1])
+    for op, b in zip(words[2:-1:2], words[3:-1:2]):
+        value = _apply(value, op, int(b), 10)
+    return str(value)
+
+
+def _solve_lookup(words: list[str], prompt: str) -> str:
+    """``recall`` and ``multi``: the values of the asked keys in the table."""
+    body = words[1:words.index(";")]
+    table = dict(zip(body[0::2], body[1::2]))
+    asked = words[words.index("get") + 1:-1]
+    return " ".join(table[k] for k in asked)
+
+
+def _solve_trace(words: list[str], prompt: str) -> str:
+    env: dict[str, int] = {}
+    for stmt in " ".join(words[1:]).split(" ; "):
+        parts = stmt.split()
+        if parts[0] == "print":
+            return str(env[parts[1]])
+        env[parts[0]] = int(parts[2]) if len(parts) == 3 else _apply(
+            env[parts[2]], parts[3], int(parts[4]), 10)
+    raise ValueError(f"trace prompt has no print: {prompt!r}")
+
+
+def _solve_text(words: list[str], prompt: str) -> str:
+    counts = {t: sum(w in v["noun"] or w in v["adj"] or w in v["verb"] for w in words)
+              for t, v in TOPICS.items()}
+    return max(counts, key=counts.get)
+
+
+def _solve_relay(words: list[str], prompt: str) -> str:
+    results = [int(m) for m in re.findall(r"step \d+ : \d [-+*] \d = (\d) \.", prompt)]
+    task = re.search(r"task : ([0-9 +*-]+) \.", prompt).group(1).split()
+    value = int(task[0])
+    for op, b in zip(task[1::2], task[2::2]):
+        value = _apply(value, op, int(b), 10)
+    if results and results[-1] != value:
+        raise ValueError("relay trace disagrees with its task")
+    q = prompt.rsplit("question :", 1)[1]
+    if "step" in q:
+        return str(results[int(re.search(r"step (\d+)", q).group(1)) - 1])
+    if "plus" in q:
+        return str((value + int(re.search(r"plus (\d)", q).group(1))) % 10)
+    return str(value)
+
+
+def _solve_facts(words: list[str], prompt: str) -> str:
+    return FACTS[words[-2]]
+
+
+def _solve_copy(words: list[str], prompt: str) -> str:
+    ctx = words[2:words.index(";")]
+    q = words[words.index(";") + 3:-1]
+    for i in range(len(ctx) - 1):
+        if ctx[i:i + 2] == q:
+            return " ".join(ctx[i + 2:i + 5])
+    raise ValueError("copy query not found in its context")
+
+
+def _solve_mcq(words: list[str], prompt: str) -> str:
+    opts = re.findall(r"([abcd]) \) (\S+)", prompt.split(" options : ")[1])
+    q = prompt.split("quiz : ", 1)[1].split(" options : ")[0]
+    m = re.match(r"what is (\d) ([-+*]) (\d) \?", q)
+    if m:
+        right = str(_apply(int(m.group(1)), m.group(2), int(m.group(3)), 10))
+    elif q.startswith("what is the"):
+        right = FACTS[q.split()[-2]]
+    else:
+        right = _solve_text(q.split(), q)
+    return next(letter for letter, o in opts if o == right)
+
+
+def _solve_prose(words: list[str], prompt: str) -> str:
+    for para in load_prose():
+        ex = _prose_example(para)
+        if ex is not None and ex.prompt == prompt:
+            return ex.answer
+    raise ValueError("prose prompt is not from the shipped paragraphs")
+
+
+SOLVERS_V2: dict[str, Callable[[list[str], str], str]] = {
+    "arith": _solve_arith, "recall": _solve_lookup, "multi": _solve_lookup,
+    "trace": _solve_trace, "text": _solve_text, "relay": _solve_relay, "facts": _solve_facts,
+    "copy": _solve_copy, "mcq": _solve_mcq, "prose": _solve_prose,
+}
+
+
 def solve_v2(example: Example) -> str:
     """Recompute the answer from the prompt alone (brute force; an independent check).
 
-    ``prose`` is looked up in the shipped paragraphs (its answer is the author's word).
+    One solver per family (:data:`SOLVERS_V2`); ``prose`` is looked up in the
+    shipped paragraphs (its answer is the author's word).
     """
-    f, words = example.family, example.prompt.split()
-    if f == "arith":
-        value = int(words[1])
-        for op, b in zip(words[2:-1:2], words[3:-1:2]):
-            value = _apply(value, op, int(b), 10)
-        return str(value)
-    if f in ("recall", "multi"):
-        body = words[1:words.index(";")]
-        table = dict(zip(body[0::2], body[1::2]))
-        asked = words[words.index("get") + 1:-1]
-        return " ".join(table[k] for k in asked)
-    if f == "trace":
-        env: dict[str, int] = {}
-        for stmt in " ".join(words[1:]).split(" ; "):
-            parts = stmt.split()
-            if parts[0] == "print":
-                return str(env[parts[1]])
-            env[parts[0]] = int(parts[2]) if len(parts) == 3 else _apply(
-                env[parts[2]], parts[3], int(parts[4]), 10)
-        raise ValueError(f"trace prompt has no print: {example.prompt!r}")
-    if f == "text":
-        counts = {t: sum(w in v["noun"] or w in v["adj"] or w in v["verb"] for w in words)
-                  for t, v in TOPICS.items()}
-        return max(counts, key=counts.get)
-    if f == "relay":
-        results = [int(m) for m in re.findall(r"step \d+ : \d [-+*] \d = (\d) \.", example.prompt)]
-        task = re.search(r"task : ([0-9 +*-]+) \.", example.prompt).group(1).split()
-        value = int(task[0])
-        for op, b in zip(task[1::2], task[2::2]):
-            value = _apply(value, op, int(b), 10)
-        if results and results[-1] != value:
-            raise ValueError("relay trace disagrees with its task")
-        q = example.prompt.rsplit("question :", 1)[1]
-        if "step" in q:
-            return str(results[int(re.search(r"step (\d+)", q).group(1)) - 1])
-        if "plus" in q:
-            return str((value + int(re.search(r"plus (\d)", q).group(1))) % 10)
-        return str(value)
-    if f == "facts":
-        return FACTS[words[-2]]
-    if f == "copy":
-        ctx = words[2:words.index(";")]
-        q = words[words.index(";") + 3:-1]
-        for i in range(len(ctx) - 1):
-            if ctx[i:i + 2] == q:
-                return " ".join(ctx[i + 2:i + 5])
-        raise ValueError("copy query not found in its context")
-    if f == "mcq":
-        opts = re.findall(r"([abcd]) \) (\S+)", example.prompt.split(" options : ")[1])
-        q = example.prompt.split("quiz : ", 1)[1].split(" options : ")[0]
-        m = re.match(r"what is (\d) ([-+*]) (\d) \?", q)
-        if m:
-            right = str(_apply(int(m.group(1)), m.group(2), int(m.group(3)), 10))
-        elif q.startswith("what is the"):
-            right = FACTS[q.split()[-2]]
-        else:
-            right = solve_v2(Example("text", q, ""))
-        return next(letter for letter, o in opts if o == right)
-    if f == "prose":
-        for para in load_prose():
-            ex = _prose_example(para)
-            if ex is not None and ex.prompt == example.prompt:
-                return ex.answer
-        raise ValueError("prose prompt is not from the shipped paragraphs")
-    raise ValueError(f"unknown family {f!r}; expected one of {FAMILIES_V2}")
+    if example.family not in SOLVERS_V2:
+        raise ValueError(f"unknown family {example.family!r}; expected one of {FAMILIES_V2}")
+    return SOLVERS_V2[example.family](example.prompt.split(), example.prompt)
 
 
 def by_family_v2(examples: Iterable[Example]) -> dict[str, list[Example]]:
@@ -648,10 +707,6 @@ def by_family_v2(examples: Iterable[Example]) -> dict[str, list[Example]]:
         groups[e.family].append(e)
     return {f: groups[f] for f in FAMILIES_V2 if f in groups}
 
-
-def config_json(cfg: object) -> str:
-    """Canonical JSON of a dataclass config (sorted keys)."""
-    return json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=list)
 
 
 __all__ = ["COPY_WORDS", "FACTS", "FACT_KEYS", "FAMILIES_V2", "SINGLE_TOKEN", "CorpusV2",

@@ -249,7 +249,7 @@ def prefill(model: PreTrainedModel, input_ids: torch.Tensor,
     _check_ids(model, input_ids)
     cache = DynamicCache(config=model.config)
     out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
-                past_key_values=cache)
+                cache=cache)
     return out.logits, cache
 
 

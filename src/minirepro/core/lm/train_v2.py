@@ -36,7 +36,11 @@ class TrainV2Config(ScaledConfig):
 
     Attributes:
         steps: optimiser steps.
-        batch_size: lines per step.
+        batch_size: lines per step (when ``batch_tokens`` is 0).
+        batch_tokens: if positive, each step takes as many similar-length lines
+            as fit in this many (padded) tokens instead of ``batch_size`` lines, so
+            that every step sees about the same number of tokens whatever the
+            family mix.
         lr: peak AdamW learning rate.
         min_lr_frac: the cosine decays to ``lr * min_lr_frac``.
         warmup: linear warm-up steps.
@@ -52,6 +56,7 @@ class TrainV2Config(ScaledConfig):
 
     steps: int = 6000
     batch_size: int = 32
+    batch_tokens: int = 0
     lr: float = 2e-3
     min_lr_frac: float = 0.05
     warmup: int = 200
@@ -76,6 +81,8 @@ class TrainV2Config(ScaledConfig):
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if not self.lr > 0 or not 0 <= self.min_lr_frac <= 1:
             raise ValueError("lr must be positive and min_lr_frac in [0, 1]")
+        if self.batch_tokens < 0:
+            raise ValueError(f"batch_tokens must be 0 (off) or positive, got {self.batch_tokens}")
         if self.answer_weight <= 0 or self.warmup < 0 or self.seed < 0:
             raise ValueError("answer_weight must be positive; warmup and seed non-negative")
 
@@ -128,17 +135,41 @@ def pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def length_batches(lengths: list[int], batch_size: int, rng: np.random.Generator,
-                   pool: int = 64) -> list[np.ndarray]:
-    """One epoch of batches: shuffle, sort within pools of ``pool`` batches by length, shuffle batches."""
+                   pool: int = 64, batch_tokens: int = 0) -> list[np.ndarray]:
+    """One epoch of batches: shuffle, sort within pools by length, cut, shuffle the batches.
+
+    With ``batch_tokens == 0`` a batch is ``batch_size`` lines and a pool is
+    ``pool`` batches; otherwise a batch is the longest run of sorted lines whose
+    padded size (lines x longest line) stays within ``batch_tokens``, and a pool is
+    ``pool * batch_tokens`` tokens. A short last batch of a pool is dropped.
+    """
     order = rng.permutation(len(lengths))
     lens = np.asarray(lengths)
+    if batch_tokens and lens.max() > batch_tokens:
+        raise ValueError(f"a line of {lens.max()} tokens does not fit batch_tokens={batch_tokens}")
     batches = []
-    for s in range(0, len(order), batch_size * pool):
-        chunk = order[s:s + batch_size * pool]
+    for chunk in _pools(order, lens, batch_size * pool if not batch_tokens else 0, pool * batch_tokens):
         chunk = chunk[np.argsort(lens[chunk], kind="stable")]
-        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)
-                    if len(chunk[i:i + batch_size]) == batch_size]
+        if not batch_tokens:
+            batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)
+                        if len(chunk[i:i + batch_size]) == batch_size]
+            continue
+        start = 0
+        for i in range(1, len(chunk) + 1):
+            if i == len(chunk) or (i + 1 - start) * lens[chunk[i]] > batch_tokens:
+                if i == len(chunk) and start < i and (i - start) * lens[chunk[i - 1]] < batch_tokens // 2:
+                    break  # a short tail
+                batches.append(chunk[start:i])
+                start = i
     return [batches[int(i)] for i in rng.permutation(len(batches))]
+
+
+def _pools(order: np.ndarray, lens: np.ndarray, lines: int, tokens: int) -> list[np.ndarray]:
+    """Cut ``order`` into consecutive pools of ``lines`` lines, or (``lines == 0``) of about ``tokens`` tokens."""
+    if lines:
+        return [order[s:s + lines] for s in range(0, len(order), lines)]
+    ends = np.searchsorted(np.cumsum(lens[order]), np.arange(tokens, lens.sum() + tokens, tokens))
+    return [p for p in np.split(order, np.unique(np.minimum(ends, len(order)))[:-1]) if len(p)]
 
 
 def weighted_loss(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor,
@@ -201,6 +232,74 @@ class TrainedSubstrate:
     tokenizer_seconds: float = 0.0
 
 
+def lr_at(cfg: TrainV2Config, i: int) -> float:
+    """The learning rate of step ``i``: linear warm-up, then cosine decay to ``lr * min_lr_frac``."""
+    if i < cfg.warmup:
+        return cfg.lr * (i + 1) / cfg.warmup
+    frac = (i - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def make_optimizer(model: PreTrainedModel, cfg: TrainV2Config) -> torch.optim.AdamW:
+    """AdamW (betas 0.9, 0.95); weight decay on matrices only, not on norms and biases."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        (no_decay if p.ndim < 2 else decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=cfg.lr, betas=(0.9, 0.95))
+
+
+class _Run:
+    """The state of one training run: model, data, optimiser, batch queue and curve."""
+
+    def __init__(self, corpus: CorpusV2, model_cfg: ModelV2Config, cfg: TrainV2Config,
+                 tok: PreTrainedTokenizerFast) -> None:
+        self.cfg, self.tok = cfg, tok
+        self.model = build_lm(model_cfg, tok, seed=cfg.seed)
+        self.train = encode_examples(tok, corpus.train, max_len=model_cfg.max_len)
+        val_ex = corpus.val[:cfg.eval_examples]
+        self.val = encode_examples(tok, val_ex, max_len=model_cfg.max_len)
+        self.val_fams = [e.family for e in val_ex]
+        self.rng = np.random.default_rng(cfg.seed)
+        self.lengths = [len(s) for s in self.train.ids]
+        self.opt = make_optimizer(self.model, cfg)
+        self.batches: list[np.ndarray] = []
+        self.curve: dict[str, list] = {"train_loss": [], "eval_step": [], "val_loss": [],
+                                       "val_answer_acc": [], "val_family_acc": []}
+        self.seen = 0
+
+    def record_eval(self, step: int) -> None:
+        """Validation loss and teacher-forced answer accuracy (overall, per family) at ``step``."""
+        ev = evaluate_encoded(self.model, self.val, self.val_fams, self.tok.pad_token_id)
+        self.curve["eval_step"].append(step)
+        self.curve["val_loss"].append(round(ev["loss"], 5))
+        self.curve["val_answer_acc"].append(round(ev["answer_acc"], 4))
+        self.curve["val_family_acc"].append({k[4:]: round(v, 4) for k, v in ev.items()
+                                             if k.startswith("acc_")})
+
+    def step(self, i: int) -> float:
+        """One optimiser step on the next batch (a new epoch of batches when the queue is empty)."""
+        cfg = self.cfg
+        if not self.batches:
+            self.batches.extend(length_batches(self.lengths, cfg.batch_size, self.rng,
+                                               batch_tokens=cfg.batch_tokens))
+        idx = self.batches.pop()
+        ids, mask = pad([self.train.ids[j] for j in idx], self.tok.pad_token_id)
+        starts = torch.tensor([self.train.answer_start[j] for j in idx])
+        for g in self.opt.param_groups:
+            g["lr"] = lr_at(cfg, i)
+        loss, ce, valid, _ = weighted_loss(self.model, ids, mask, starts, cfg.answer_weight)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.seen += int(mask.sum())
+        if (i + 1) % cfg.eval_every == 0 or i + 1 == cfg.steps:
+            self.record_eval(i + 1)
+        return float(ce.detach()[valid].mean())
+
+
 def train_substrate(corpus: CorpusV2, model_cfg: ModelV2Config, cfg: TrainV2Config,
                     tokenizer: PreTrainedTokenizerFast | None = None,
                     desc: str = "lm v2") -> TrainedSubstrate:
@@ -217,64 +316,13 @@ def train_substrate(corpus: CorpusV2, model_cfg: ModelV2Config, cfg: TrainV2Conf
         t0 = time.perf_counter()
         tok = tokenizer or train_bpe(corpus.texts("train"), vocab_size=cfg.vocab_size)
         t_tok = time.perf_counter() - t0
-        model = build_lm(model_cfg, tok, seed=cfg.seed)
-        train = encode_examples(tok, corpus.train, max_len=model_cfg.max_len)
-        val_ex = corpus.val[:cfg.eval_examples]
-        val = encode_examples(tok, val_ex, max_len=model_cfg.max_len)
-        val_fams = [e.family for e in val_ex]
-        rng = np.random.default_rng(cfg.seed)
-        lengths = [len(s) for s in train.ids]
-        decay, no_decay = [], []
-        for p in model.parameters():
-            (no_decay if p.ndim < 2 else decay).append(p)
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                 {"params": no_decay, "weight_decay": 0.0}],
-                                lr=cfg.lr, betas=(0.9, 0.95))
-
-        def lr_at(i: int) -> float:
-            if i < cfg.warmup:
-                return cfg.lr * (i + 1) / cfg.warmup
-            frac = (i - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-            return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
-
-        batches: list[np.ndarray] = []
-        curve: dict[str, list] = {"train_loss": [], "eval_step": [], "val_loss": [],
-                                  "val_answer_acc": [], "val_family_acc": []}
-        seen = [0]
-
-        def record_eval(step: int) -> None:
-            ev = evaluate_encoded(model, val, val_fams, tok.pad_token_id)
-            curve["eval_step"].append(step)
-            curve["val_loss"].append(round(ev["loss"], 5))
-            curve["val_answer_acc"].append(round(ev["answer_acc"], 4))
-            curve["val_family_acc"].append({k[4:]: round(v, 4) for k, v in ev.items()
-                                            if k.startswith("acc_")})
-
-        model.train()
-        record_eval(0)
-
-        def step(i: int) -> float:
-            if not batches:
-                batches.extend(length_batches(lengths, cfg.batch_size, rng))
-            idx = batches.pop()
-            ids, mask = pad([train.ids[j] for j in idx], tok.pad_token_id)
-            starts = torch.tensor([train.answer_start[j] for j in idx])
-            for g in opt.param_groups:
-                g["lr"] = lr_at(i)
-            loss, ce, valid, _ = weighted_loss(model, ids, mask, starts, cfg.answer_weight)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            seen[0] += int(mask.sum())
-            if (i + 1) % cfg.eval_every == 0 or i + 1 == cfg.steps:
-                record_eval(i + 1)
-            return float(ce.detach()[valid].mean())
-
+        run = _Run(corpus, model_cfg, cfg, tok)
+        run.model.train()
+        run.record_eval(0)
         t1 = time.perf_counter()
-        curve["train_loss"] = [round(x, 5) for x in train_loop(step, cfg.steps, desc=desc)]
+        run.curve["train_loss"] = [round(x, 5) for x in train_loop(run.step, cfg.steps, desc=desc)]
         train_seconds = time.perf_counter() - t1
     finally:
         torch.set_num_threads(threads_before)
-    model.eval()
-    return TrainedSubstrate(model, tok, curve, train_seconds, seen[0], t_tok)
+    run.model.eval()
+    return TrainedSubstrate(run.model, tok, run.curve, train_seconds, run.seen, t_tok)
