@@ -135,9 +135,13 @@ def _cmd_claims(args) -> int:
         for n in names:
             get(n)
         for n in names:
+            pol = ledger.robustness_policy(get(n).name)
+            if "fixed" in pol:
+                print(f"{n}: skipped, not re-seeded ({ledger.POLICY_FILE}): {pol['fixed']}")
+                continue
             path = ledger.robustness(n, args.robustness, scale=args.scale or "book", jobs=args.jobs,
                                      scheduler=args.scheduler)
-            print(f"robustness over {args.robustness} base seeds: {path}")
+            print(f"robustness over {args.robustness} values of {pol['param']}: {path}")
         return 0
     if args.update is not None:
         names = args.update or [c.name for c in discover()]

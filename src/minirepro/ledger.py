@@ -103,6 +103,9 @@ def load(root: Path | None = None) -> list[dict[str, Any]]:
             rob = robustness_path(ch, root)
             if rob.exists():
                 entry["robustness"] = json.loads(rob.read_text(encoding="utf-8"))
+            pol = robustness_policy(ch.name, root)
+            if "fixed" in pol:
+                entry["robustness_fixed"] = pol.get("short", pol["fixed"])
         else:
             entry = {"chapter": ch.name, "slug": ch.slug, "title": ch.title, "claims": [],
                      "current": False, "missing": True}
@@ -237,15 +240,38 @@ def robustness_path(chapter: Chapter, root: Path) -> Path:
     return root / "book" / "claims" / "robustness" / f"{chapter.slug}.json"
 
 
+POLICY_FILE = Path("book") / "claims" / "robustness_policy.yml"
+
+
+def robustness_policy(name: str, root: Path | None = None) -> dict[str, str]:
+    """How a chapter is re-seeded: ``{"param": NAME, "why": ...}`` or ``{"fixed": REASON}``.
+
+    Read from ``book/claims/robustness_policy.yml``; a chapter not listed varies
+    ``seed``. A chapter whose models are checked artifacts trained on fixed seeds
+    either varies another parameter (``param``: what the run still draws, e.g.
+    the test data) or cannot be re-seeded without re-training (``fixed``).
+    """
+    root = (root or repo_root()).resolve()
+    path = root / POLICY_FILE
+    table = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
+    pol = (table or {}).get(name) or {"param": "seed"}
+    if ("param" in pol) == ("fixed" in pol):
+        raise ValueError(f"{path}: chapter {name!r} needs exactly one of 'param' or 'fixed'")
+    return {k: str(v) for k, v in pol.items()}
+
+
 def robustness(name: str, k: int, root: Path | None = None, scale: str = "book", jobs: int = 1,
                scheduler: str | None = None, step: int = 1000) -> Path:
     """Re-run a chapter on ``k`` base seeds through the sweep machinery; store verdict counts.
 
-    The base seeds are the chapter's default ``seed`` plus ``0, step, 2*step, ...`` (far
-    apart, so that chapters deriving several seeds from the base do not share any). The
-    runs go through :func:`minirepro.runner.sweep` (locally in ``jobs`` processes, or on
-    Dask with ``scheduler``). Writes ``book/claims/robustness/<slug>.json``: per claim,
-    how many of the runs gave each verdict, and how many runs failed.
+    The varied parameter is the chapter's ``seed`` unless its
+    :func:`robustness_policy` names another (or says it cannot be re-seeded:
+    ``ValueError``). Its values are the parameter's default plus ``0, step, 2*step,
+    ...`` (far apart, so that chapters deriving several seeds from the base do not
+    share any). The runs go through :func:`minirepro.runner.sweep` (locally in
+    ``jobs`` processes, or on Dask with ``scheduler``). Writes
+    ``book/claims/robustness/<slug>.json``: per claim, how many of the runs gave each
+    verdict, and how many runs failed.
     """
     from minirepro.runner import sweep
 
@@ -253,11 +279,15 @@ def robustness(name: str, k: int, root: Path | None = None, scale: str = "book",
     chapter = get(name, root)
     if k < 1:
         raise ValueError(f"--robustness needs K >= 1, got {k}")
-    if "seed" not in chapter.parameters:
-        raise ValueError(f"chapter {chapter.name!r} has no `seed` parameter")
-    base = int(chapter.parameters["seed"].default or 0)
+    pol = robustness_policy(chapter.name, root)
+    if "fixed" in pol:
+        raise ValueError(f"chapter {chapter.name!r} is not re-seeded ({POLICY_FILE}): {pol['fixed']}")
+    param = pol["param"]
+    if param not in chapter.parameters:
+        raise ValueError(f"chapter {chapter.name!r} has no `{param}` parameter")
+    base = int(chapter.parameters[param].default or 0)
     seeds = [base + i * step for i in range(k)]
-    folder = sweep(chapter.name, {"seed": seeds}, jobs=jobs, scale=scale, root=root,
+    folder = sweep(chapter.name, {param: seeds}, jobs=jobs, scale=scale, root=root,
                    scheduler=scheduler)
     runs = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     counts: dict[str, dict[str, int]] = {}
@@ -266,9 +296,9 @@ def robustness(name: str, k: int, root: Path | None = None, scale: str = "book",
             counts.setdefault(cid, {})
             counts[cid][str(verdict)] = counts[cid].get(str(verdict), 0) + 1
     entry = {"chapter": chapter.name, "slug": chapter.slug, "scale": scale, "k": k,
-             "seeds": seeds, "notebook_sha": notebook_sha(chapter), "commit": _git_commit(root),
-             "date": _dt.date.today().isoformat(), "failed": sum(1 for r in runs if not r["ok"]),
-             "claims": counts}
+             "param": param, "seeds": seeds, "notebook_sha": notebook_sha(chapter),
+             "commit": _git_commit(root), "date": _dt.date.today().isoformat(),
+             "failed": sum(1 for r in runs if not r["ok"]), "claims": counts}
     path = robustness_path(chapter, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(entry, indent=2) + "\n", encoding="utf-8")
@@ -276,14 +306,19 @@ def robustness(name: str, k: int, root: Path | None = None, scale: str = "book",
 
 
 def robustness_text(entry: dict[str, Any], claim_id: str) -> str:
-    """``"4/5 reproduced, 1/5 partly"`` for a claim (most frequent first), or ``""``."""
+    """``"4/5 reproduced, 1/5 partly"`` for a claim (most frequent first), or ``""``.
+
+    A record that varied another parameter than ``seed`` says which (``"over
+    data_seed"``); a chapter its policy marks ``fixed`` reads ``"not re-seeded: ..."``.
+    """
     rob = entry.get("robustness")
     if not rob or claim_id not in rob.get("claims", {}):
-        return ""
+        fixed = entry.get("robustness_fixed")
+        return f"not re-seeded: {fixed}" if fixed else ""
     k = rob["k"]
     parts = [f"{n}/{k} {v}" for v, n in sorted(rob["claims"][claim_id].items(), key=lambda x: -x[1])]
     if rob.get("failed"):
         parts.append(f"{rob['failed']}/{k} runs failed")
+    over = f" (over {rob['param']})" if rob.get("param", "seed") != "seed" else ""
     stale = "" if rob.get("notebook_sha") == entry.get("notebook_sha") else " (older notebook)"
-    return ", ".join(parts) + stale
-
+    return ", ".join(parts) + over + stale
