@@ -31,12 +31,15 @@ from minirepro.papers.sparseinfer.protocol import (
     Item,
     decode_item,
     full_set_mismatches,
+    core_jaccard_matrix,
     make_items,
     method_rules,
     prefill_with_preacts,
     score_item,
     similarity,
     stability,
+    token_jaccard_matrix,
+    token_overlap_control,
     trace_example,
 )
 
@@ -56,6 +59,8 @@ class Config(ScaledConfig):
         n_trace: trace-writing prompts per seed.
         n_sweep: how many of the first seed's trace prompts the sparsity sweep uses.
         n_topic: ``text`` prompts per seed for the similarity analysis.
+        stab_families: multi-token QA families added to the traces in the same-family
+            stability test (``n_trace`` prompts each; their continuation is the answer).
         n_calib: calibration prompts (static hot, DejaVu, clusters), fresh per seed.
         n_clusters: KMeans clusters of the similarity-guided variant.
         dejavu_rank, dejavu_steps: the low-rank predictor's rank and training steps.
@@ -77,6 +82,7 @@ class Config(ScaledConfig):
     n_trace: int = 16
     n_sweep: int = 8
     n_topic: int = 32
+    stab_families: tuple[str, ...] = ("copy", "multi")
     n_calib: int = 64
     n_clusters: int = 8
     dejavu_rank: int = 16
@@ -107,6 +113,7 @@ class Config(ScaledConfig):
             raise ValueError("need n_trace >= 2, n_topic >= 4, n_calib >= n_clusters, n_seeds >= 1")
         self.sweep = tuple(float(s) for s in self.sweep)
         self.qa_families = tuple(self.qa_families)
+        self.stab_families = tuple(self.stab_families)
 
 
 def _prompts(corpus: CorpusV2, families: tuple[str, ...], n: int, seed: int) -> list[Example]:
@@ -227,12 +234,19 @@ def run_seed(sub: Substrate, cfg: Config, seed: int, methods: tuple[str, ...] = 
                      cfg.token_sparsity, cfg.sparsity)
     recall = predictor_recall(cal.predictors, {i: torch.cat([x[i] for _, x, _ in io]) for i in cal.layers},
                               {i: torch.cat([y[i] for _, _, y in io]) for i in cal.layers}, cfg.sparsity)
+    fam = family_stability(sub, cfg, seed, trace, [a for a, _, _ in io], cal.layers)
     texts = _prompts(sub.corpus, ("text",), cfg.n_topic, 40_000 + seed)
-    tacts = [dense_io(model, torch.tensor(tok(e.prompt)["input_ids"]), cal.layers)[0] for e in texts]
+    ids = [tok(e.prompt)["input_ids"] for e in texts]
+    tacts = [dense_io(model, torch.tensor(t), cal.layers)[0] for t in ids]
     sim, M, names = similarity(tacts, [e.topic for e in texts], cal.layers, cfg.token_sparsity, cfg.sparsity)
+    special = set(tok.all_special_ids)
+    control = token_overlap_control(
+        core_jaccard_matrix(tacts, cal.layers, cfg.token_sparsity, cfg.sparsity),
+        token_jaccard_matrix([[t for t in x if t not in special] for x in ids]), [e.topic for e in texts])
     exact = full_set_mismatches(model, items, cal.layers, tok.eos_token_id)
     active = float(np.mean([float((y[i] > 0).float().mean()) for _, _, y in io for i in cal.layers]))
-    return {"rows": rows, "stability": stab, "similarity": sim, "topic_matrix": (M, names),
+    return {"rows": rows, "stability": stab, "stability_family": fam, "similarity": sim,
+            "topic_control": control, "topic_matrix": (M, names),
             "dejavu_recall": recall, "layers": cal.layers, "active_fraction": active,
             "full_set_mismatches": exact}
 
@@ -244,7 +258,33 @@ def run_experiment(sub: Substrate, cfg: Config, seeds: list[int],
     rows = pd.concat([r["rows"] for r in runs], ignore_index=True)
     return {"runs": runs, "rows": rows, "summary": summarise(rows),
             "stability": pd.DataFrame([r["stability"] for r in runs], index=seeds),
-            "similarity": pd.DataFrame([r["similarity"] for r in runs], index=seeds)}
+            "similarity": pd.DataFrame([r["similarity"] for r in runs], index=seeds),
+            "stability_family": pd.DataFrame([r["stability_family"]["all"] for r in runs], index=seeds),
+            "topic_control": pd.DataFrame([r["topic_control"] for r in runs], index=seeds)}
+
+
+def family_stability(sub: Substrate, cfg: Config, seed: int, trace: list[Item],
+                     trace_acts: list[list[torch.Tensor]], layers: list[int]) -> dict[str, dict[str, float]]:
+    """Stability with the "other" continuation drawn from the prompt's own family.
+
+    The trace items (family ``"trace"``, dense pre-activations ``trace_acts``) plus
+    ``n_trace`` fresh prompts of each of ``cfg.stab_families`` (seed ``50_000 + seed``),
+    whose continuation is the reference answer. Returns ``{"all": ..., family: ...}``,
+    each a :func:`stability` dict; ``"all"`` pools the families, pairing within each.
+    """
+    model, tok = sub.model, sub.tokenizer
+    fam_items = make_items(tok, _prompts(sub.corpus, cfg.stab_families, cfg.n_trace * len(cfg.stab_families),
+                                         50_000 + seed), "qa") if cfg.stab_families else []
+    items = [*trace, *fam_items]
+    acts = [*trace_acts, *(dense_io(model, torch.cat([it.prompt, it.cont]), layers)[0] for it in fam_items)]
+    groups = [it.family for it in items]
+    lens = [len(it.prompt) for it in items]
+    out = {"all": stability(acts, lens, layers, cfg.token_sparsity, cfg.sparsity, groups=groups)}
+    for f in dict.fromkeys(groups):
+        pick = [j for j, g in enumerate(groups) if g == f]
+        out[f] = stability([acts[j] for j in pick], [lens[j] for j in pick], layers,
+                           cfg.token_sparsity, cfg.sparsity)
+    return out
 
 
 def run_sweep(sub: Substrate, cfg: Config, seed: int,
