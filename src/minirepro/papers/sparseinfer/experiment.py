@@ -29,9 +29,9 @@ from minirepro.papers.sparseinfer.neurons import (
 from minirepro.papers.sparseinfer.protocol import (
     METHODS,
     Item,
+    core_jaccard_matrix,
     decode_item,
     full_set_mismatches,
-    core_jaccard_matrix,
     make_items,
     method_rules,
     prefill_with_preacts,
@@ -68,6 +68,10 @@ class Config(ScaledConfig):
         decode_tokens: tokens generated in the timing runs.
         n_timing_prompts: prompts timed (each a median of ``timing_repeats``).
         timing_repeats: timing samples per arm and prompt.
+        offload_steps: decoding steps timed per prompt in the memory-offload setting.
+        offload_repeats: timing samples per step and arm in the memory-offload setting.
+        offload_wide: ``d_model`` of the random paper-width FFN layer timed beside the
+            model (``d_ff = 4 d_model``; 0 skips it).
         threads: torch threads (one: the model is too small to gain from two).
     """
 
@@ -91,12 +95,16 @@ class Config(ScaledConfig):
     decode_tokens: int = 32
     n_timing_prompts: int = 5
     timing_repeats: int = 5
+    offload_steps: int = 16
+    offload_repeats: int = 3
+    offload_wide: int = 1024
     threads: int = 1
 
     PRESETS: ClassVar = {
         "smoke": {"substrate": "smoke-opt", "n_seeds": 1, "n_qa": 4, "n_trace": 6, "n_sweep": 4, "n_topic": 8,
                   "n_calib": 16, "n_clusters": 4, "dejavu_steps": 20, "sweep": (0.2, 0.8),
-                  "decode_tokens": 8, "n_timing_prompts": 2, "timing_repeats": 3},
+                  "decode_tokens": 8, "n_timing_prompts": 2, "timing_repeats": 3,
+                  "offload_steps": 8, "offload_wide": 0},
         "book": {},
         "full": {"n_seeds": 10, "n_qa": 50, "n_trace": 60, "n_sweep": 30, "n_topic": 80, "n_calib": 300,
                  "n_clusters": 12, "dejavu_steps": 300, "timing_repeats": 9},
@@ -109,6 +117,8 @@ class Config(ScaledConfig):
                 raise ValueError(f"{name} must be in (0, 1], got {v}")
         if self.layers not in ("middle", "all"):
             raise ValueError(f"layers must be 'middle' or 'all', got {self.layers!r}")
+        if self.offload_steps < 1 or self.offload_repeats < 1 or self.offload_wide < 0:
+            raise ValueError("need offload_steps >= 1, offload_repeats >= 1, offload_wide >= 0")
         if self.n_trace < 2 or self.n_topic < 4 or self.n_calib < self.n_clusters or self.n_seeds < 1:
             raise ValueError("need n_trace >= 2, n_topic >= 4, n_calib >= n_clusters, n_seeds >= 1")
         self.sweep = tuple(float(s) for s in self.sweep)
