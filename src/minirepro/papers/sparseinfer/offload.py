@@ -122,7 +122,7 @@ def row_runs(rows: np.ndarray) -> list[tuple[int, int]]:
     return [(int(r[0]), int(r[-1]) + 1) for r in np.split(rows, cut)]
 
 
-def read_rows(ff: FFNFile, rows: dict[int, np.ndarray | None]) -> dict[int, np.ndarray]:
+def read_rows(ff: FFNFile, rows: dict[int, np.ndarray | None], announce: bool = True) -> dict[int, np.ndarray]:
     """Read each layer's rows (``None``: all) from disk, ``(k, 2 d + 1)`` per layer.
 
     Each arm reads its bytes the fastest way we found for it. Every row (dense):
@@ -132,6 +132,7 @@ def read_rows(ff: FFNFile, rows: dict[int, np.ndarray | None]) -> dict[int, np.n
     issued together, as an offloading runtime would), then gathered; the map is
     closed afterwards, since a mapped page cannot be dropped. (Reading every row
     through the map, or the core rows with one ``pread`` per run, was slower.)
+    With ``announce=False`` (pages known to be cached) the advice is skipped.
     """
     rb = ff.row_floats * 4
     out: dict[int, np.ndarray] = {}
@@ -150,7 +151,7 @@ def read_rows(ff: FFNFile, rows: dict[int, np.ndarray | None]) -> dict[int, np.n
     if picked:
         mm = ff.open()
         m = getattr(mm, "_mmap", None)
-        if m is not None and hasattr(mmap, "MADV_WILLNEED"):
+        if announce and m is not None and hasattr(mmap, "MADV_WILLNEED"):
             m.madvise(mmap.MADV_RANDOM)
             for li, i in picked:
                 for a, b in row_runs(np.asarray(rows[i])):
@@ -171,10 +172,13 @@ def ffn_from_rows(ff: FFNFile, layer: int, data: np.ndarray, x: np.ndarray) -> n
 
 def offload_step(ff: FFNFile, rows: dict[int, np.ndarray | None], xs: dict[int, np.ndarray],
                  drop: bool = True) -> dict[int, np.ndarray]:
-    """One decoding step's FFNs: drop the file's pages (``drop``), read the rows, compute each layer's output."""
+    """One decoding step's FFNs: drop the file's pages (``drop``), read the rows, compute each layer's output.
+
+    Without ``drop`` the pages stay in the page cache (RAM) and the reads are not announced.
+    """
     if drop:
         drop_pages(ff.path)
-    data = read_rows(ff, rows)
+    data = read_rows(ff, rows, announce=drop)
     return {i: ffn_from_rows(ff, i, data[i], xs[i]) for i in ff.layers}
 
 
