@@ -14,6 +14,8 @@ Modules, one per concern:
   NLL and agreement with the dense model), stability and similarity of core sets.
 * :mod:`~minirepro.papers.sparseinfer.speed`: SparseInfer generation, timings and
   the FLOP bound.
+* :mod:`~minirepro.papers.sparseinfer.offload`: the memory-offload setting, FFN
+  weights memory-mapped from disk and read at every decoding step.
 * :mod:`~minirepro.papers.sparseinfer.experiment`: the chapter's :class:`Config`, one
   seed of the comparison (:func:`run_seed`, :func:`run_experiment`) and the sparsity sweep.
 * :mod:`~minirepro.papers.sparseinfer.plots`: the figures.
@@ -47,6 +49,10 @@ from minirepro.papers.sparseinfer.neurons import (
                                                     sparse_layer_ids,
                                                     token_core_neurons,
 )
+from minirepro.papers.sparseinfer.offload import (
+                                                    offload_measurement,
+                                                    synthetic_offload,
+)
 from minirepro.papers.sparseinfer.protocol import (
                                                     METHODS,
                                                     Item,
@@ -73,8 +79,8 @@ __all__ = [
     "METHODS", "Config", "Item", "LowRankPredictor", "SimilarityIndex", "budget",
     "capture_preactivations", "core_neurons", "decode_item", "decode_macs", "dense_generate",
     "ffn_blocks", "fit_similarity_index", "flop_bound", "jaccard", "make_items", "masked_ffn",
-    "random_sets", "run_experiment", "run_seed", "run_sweep", "score_item", "sentence_core_neurons",
+    "offload_measurement", "random_sets", "run_experiment", "run_seed", "run_sweep", "score_item", "sentence_core_neurons",
     "similarity", "sliced_ffn", "sparse_layer_ids", "sparseinfer_generate", "stability",
-    "static_hot_sets", "summarise", "test_items", "time_decoding", "time_ffn_block",
+    "static_hot_sets", "summarise", "synthetic_offload", "test_items", "time_decoding", "time_ffn_block",
     "token_core_neurons", "trace_example", "train_dejavu",
 ]

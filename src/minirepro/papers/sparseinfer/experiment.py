@@ -29,6 +29,7 @@ from minirepro.papers.sparseinfer.neurons import (
 from minirepro.papers.sparseinfer.protocol import (
     METHODS,
     Item,
+    core_jaccard_matrix,
     decode_item,
     full_set_mismatches,
     make_items,
@@ -37,6 +38,8 @@ from minirepro.papers.sparseinfer.protocol import (
     score_item,
     similarity,
     stability,
+    token_jaccard_matrix,
+    token_overlap_control,
     trace_example,
 )
 
@@ -56,6 +59,8 @@ class Config(ScaledConfig):
         n_trace: trace-writing prompts per seed.
         n_sweep: how many of the first seed's trace prompts the sparsity sweep uses.
         n_topic: ``text`` prompts per seed for the similarity analysis.
+        stab_families: multi-token QA families added to the traces in the same-family
+            stability test (``n_trace`` prompts each; their continuation is the answer).
         n_calib: calibration prompts (static hot, DejaVu, clusters), fresh per seed.
         n_clusters: KMeans clusters of the similarity-guided variant.
         dejavu_rank, dejavu_steps: the low-rank predictor's rank and training steps.
@@ -63,6 +68,10 @@ class Config(ScaledConfig):
         decode_tokens: tokens generated in the timing runs.
         n_timing_prompts: prompts timed (each a median of ``timing_repeats``).
         timing_repeats: timing samples per arm and prompt.
+        offload_steps: decoding steps timed per prompt in the memory-offload setting.
+        offload_repeats: timing samples per step and arm in the memory-offload setting.
+        offload_wide: ``d_model`` of the random paper-width FFN layer timed beside the
+            model (``d_ff = 4 d_model``; 0 skips it).
         threads: torch threads (one: the model is too small to gain from two).
     """
 
@@ -77,6 +86,7 @@ class Config(ScaledConfig):
     n_trace: int = 16
     n_sweep: int = 8
     n_topic: int = 32
+    stab_families: tuple[str, ...] = ("copy", "multi")
     n_calib: int = 64
     n_clusters: int = 8
     dejavu_rank: int = 16
@@ -85,12 +95,16 @@ class Config(ScaledConfig):
     decode_tokens: int = 32
     n_timing_prompts: int = 5
     timing_repeats: int = 5
+    offload_steps: int = 16
+    offload_repeats: int = 3
+    offload_wide: int = 1024
     threads: int = 1
 
     PRESETS: ClassVar = {
         "smoke": {"substrate": "smoke-opt", "n_seeds": 1, "n_qa": 4, "n_trace": 6, "n_sweep": 4, "n_topic": 8,
                   "n_calib": 16, "n_clusters": 4, "dejavu_steps": 20, "sweep": (0.2, 0.8),
-                  "decode_tokens": 8, "n_timing_prompts": 2, "timing_repeats": 3},
+                  "decode_tokens": 8, "n_timing_prompts": 2, "timing_repeats": 3,
+                  "offload_steps": 8, "offload_wide": 0},
         "book": {},
         "full": {"n_seeds": 10, "n_qa": 50, "n_trace": 60, "n_sweep": 30, "n_topic": 80, "n_calib": 300,
                  "n_clusters": 12, "dejavu_steps": 300, "timing_repeats": 9},
@@ -103,10 +117,13 @@ class Config(ScaledConfig):
                 raise ValueError(f"{name} must be in (0, 1], got {v}")
         if self.layers not in ("middle", "all"):
             raise ValueError(f"layers must be 'middle' or 'all', got {self.layers!r}")
+        if self.offload_steps < 1 or self.offload_repeats < 1 or self.offload_wide < 0:
+            raise ValueError("need offload_steps >= 1, offload_repeats >= 1, offload_wide >= 0")
         if self.n_trace < 2 or self.n_topic < 4 or self.n_calib < self.n_clusters or self.n_seeds < 1:
             raise ValueError("need n_trace >= 2, n_topic >= 4, n_calib >= n_clusters, n_seeds >= 1")
         self.sweep = tuple(float(s) for s in self.sweep)
         self.qa_families = tuple(self.qa_families)
+        self.stab_families = tuple(self.stab_families)
 
 
 def _prompts(corpus: CorpusV2, families: tuple[str, ...], n: int, seed: int) -> list[Example]:
@@ -227,12 +244,19 @@ def run_seed(sub: Substrate, cfg: Config, seed: int, methods: tuple[str, ...] = 
                      cfg.token_sparsity, cfg.sparsity)
     recall = predictor_recall(cal.predictors, {i: torch.cat([x[i] for _, x, _ in io]) for i in cal.layers},
                               {i: torch.cat([y[i] for _, _, y in io]) for i in cal.layers}, cfg.sparsity)
+    fam = family_stability(sub, cfg, seed, trace, [a for a, _, _ in io], cal.layers)
     texts = _prompts(sub.corpus, ("text",), cfg.n_topic, 40_000 + seed)
-    tacts = [dense_io(model, torch.tensor(tok(e.prompt)["input_ids"]), cal.layers)[0] for e in texts]
+    ids = [tok(e.prompt)["input_ids"] for e in texts]
+    tacts = [dense_io(model, torch.tensor(t), cal.layers)[0] for t in ids]
     sim, M, names = similarity(tacts, [e.topic for e in texts], cal.layers, cfg.token_sparsity, cfg.sparsity)
+    special = set(tok.all_special_ids)
+    control = token_overlap_control(
+        core_jaccard_matrix(tacts, cal.layers, cfg.token_sparsity, cfg.sparsity),
+        token_jaccard_matrix([[t for t in x if t not in special] for x in ids]), [e.topic for e in texts])
     exact = full_set_mismatches(model, items, cal.layers, tok.eos_token_id)
     active = float(np.mean([float((y[i] > 0).float().mean()) for _, _, y in io for i in cal.layers]))
-    return {"rows": rows, "stability": stab, "similarity": sim, "topic_matrix": (M, names),
+    return {"rows": rows, "stability": stab, "stability_family": fam, "similarity": sim,
+            "topic_control": control, "topic_matrix": (M, names),
             "dejavu_recall": recall, "layers": cal.layers, "active_fraction": active,
             "full_set_mismatches": exact}
 
@@ -244,7 +268,33 @@ def run_experiment(sub: Substrate, cfg: Config, seeds: list[int],
     rows = pd.concat([r["rows"] for r in runs], ignore_index=True)
     return {"runs": runs, "rows": rows, "summary": summarise(rows),
             "stability": pd.DataFrame([r["stability"] for r in runs], index=seeds),
-            "similarity": pd.DataFrame([r["similarity"] for r in runs], index=seeds)}
+            "similarity": pd.DataFrame([r["similarity"] for r in runs], index=seeds),
+            "stability_family": pd.DataFrame([r["stability_family"]["all"] for r in runs], index=seeds),
+            "topic_control": pd.DataFrame([r["topic_control"] for r in runs], index=seeds)}
+
+
+def family_stability(sub: Substrate, cfg: Config, seed: int, trace: list[Item],
+                     trace_acts: list[list[torch.Tensor]], layers: list[int]) -> dict[str, dict[str, float]]:
+    """Stability with the "other" continuation drawn from the prompt's own family.
+
+    The trace items (family ``"trace"``, dense pre-activations ``trace_acts``) plus
+    ``n_trace`` fresh prompts of each of ``cfg.stab_families`` (seed ``50_000 + seed``),
+    whose continuation is the reference answer. Returns ``{"all": ..., family: ...}``,
+    each a :func:`stability` dict; ``"all"`` pools the families, pairing within each.
+    """
+    model, tok = sub.model, sub.tokenizer
+    fam_items = make_items(tok, _prompts(sub.corpus, cfg.stab_families, cfg.n_trace * len(cfg.stab_families),
+                                         50_000 + seed), "qa") if cfg.stab_families else []
+    items = [*trace, *fam_items]
+    acts = [*trace_acts, *(dense_io(model, torch.cat([it.prompt, it.cont]), layers)[0] for it in fam_items)]
+    groups = [it.family for it in items]
+    lens = [len(it.prompt) for it in items]
+    out = {"all": stability(acts, lens, layers, cfg.token_sparsity, cfg.sparsity, groups=groups)}
+    for f in dict.fromkeys(groups):
+        pick = [j for j, g in enumerate(groups) if g == f]
+        out[f] = stability([acts[j] for j in pick], [lens[j] for j in pick], layers,
+                           cfg.token_sparsity, cfg.sparsity)
+    return out
 
 
 def run_sweep(sub: Substrate, cfg: Config, seed: int,

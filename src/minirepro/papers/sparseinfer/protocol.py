@@ -247,13 +247,17 @@ def full_set_mismatches(model: PreTrainedModel, items: Sequence[Item], layers: S
 
 
 def stability(acts_list: Sequence[list[torch.Tensor]], n_prompt: Sequence[int], layers: Sequence[int],
-              token_sparsity: float, sparsity: float) -> dict[str, float]:
+              token_sparsity: float, sparsity: float, groups: Sequence[str] | None = None) -> dict[str, float]:
     """The paper's stability observation: Jaccard of a prompt's and its continuation's core sets, averaged over layers.
 
     Args:
         acts_list: per item, the dense pre-activations ``(T + C, d_ff)`` per layer
             of the prompt followed by its continuation.
         n_prompt: per item, the prompt length ``T``.
+
+        groups: per item, its family; when given, the "other" continuation is the
+            next item's *of the same family* (cyclically within the family), so
+            the two continuations differ in content, not in format.
 
     Returns ``{"self": ..., "other": ..., "random": ...}``: ``self`` pairs a
     prompt with its own continuation, ``other`` with the next item's, ``random``
@@ -262,12 +266,26 @@ def stability(acts_list: Sequence[list[torch.Tensor]], n_prompt: Sequence[int], 
     n = len(acts_list)
     if n < 2 or len(n_prompt) != n:
         raise ValueError("stability needs at least two items and one prompt length per item")
+    if groups is None:
+        partner = [(j + 1) % n for j in range(n)]
+    else:
+        if len(groups) != n:
+            raise ValueError("stability needs one group per item")
+        members: dict[str, list[int]] = {}
+        for j, g_ in enumerate(groups):
+            members.setdefault(g_, []).append(j)
+        if any(len(v) < 2 for v in members.values()):
+            raise ValueError("every group needs at least two items")
+        partner = [0] * n
+        for v in members.values():
+            for r, j in enumerate(v):
+                partner[j] = v[(r + 1) % len(v)]
     pre = [{i: core_neurons(a[i][:t], token_sparsity, sparsity) for i in layers}
            for a, t in zip(acts_list, n_prompt)]
     post = [{i: core_neurons(a[i][t:], token_sparsity, sparsity) for i in layers}
             for a, t in zip(acts_list, n_prompt)]
     self_j = [np.mean([jaccard(pre[j][i], post[j][i]) for i in layers]) for j in range(n)]
-    other_j = [np.mean([jaccard(pre[j][i], post[(j + 1) % n][i]) for i in layers]) for j in range(n)]
+    other_j = [np.mean([jaccard(pre[j][i], post[partner[j]][i]) for i in layers]) for j in range(n)]
     d_ff = acts_list[0][0].shape[1]
     g = budget(d_ff, sparsity) / d_ff
     return {"self": float(np.mean(self_j)), "other": float(np.mean(other_j)), "random": g / (2 - g)}
@@ -284,12 +302,8 @@ def similarity(acts_list: Sequence[list[torch.Tensor]], labels: Sequence[str], l
     """
     if len(acts_list) != len(labels) or len(labels) < 2:
         raise ValueError("similarity needs one label per prompt and at least two prompts")
-    cores = [{i: core_neurons(a[i], token_sparsity, sparsity) for i in layers} for a in acts_list]
-    n = len(cores)
-    J = np.eye(n)
-    for x in range(n):
-        for y in range(x + 1, n):
-            J[x, y] = J[y, x] = np.mean([jaccard(cores[x][i], cores[y][i]) for i in layers])
+    J = core_jaccard_matrix(acts_list, layers, token_sparsity, sparsity)
+    n = len(J)
     lab = np.asarray(labels)
     same = (lab[:, None] == lab[None, :]) & ~np.eye(n, dtype=bool)
     diff = lab[:, None] != lab[None, :]
@@ -304,3 +318,55 @@ def similarity(acts_list: Sequence[list[torch.Tensor]], labels: Sequence[str], l
                 M[r, q] = vals.mean()
     within = float(J[same].mean()) if same.any() else float("nan")
     return {"within": within, "across": float(J[diff].mean())}, M, names
+
+
+def core_jaccard_matrix(acts_list: Sequence[list[torch.Tensor]], layers: Sequence[int],
+                        token_sparsity: float, sparsity: float) -> np.ndarray:
+    """``(n, n)`` Jaccard of whole-prompt core sets, averaged over ``layers`` (1 on the diagonal)."""
+    cores = [{i: core_neurons(a[i], token_sparsity, sparsity) for i in layers} for a in acts_list]
+    n = len(cores)
+    J = np.eye(n)
+    for x in range(n):
+        for y in range(x + 1, n):
+            J[x, y] = J[y, x] = np.mean([jaccard(cores[x][i], cores[y][i]) for i in layers])
+    return J
+
+
+def token_jaccard_matrix(token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+    """``(n, n)`` Jaccard of the prompts' token-id *sets* (1 on the diagonal)."""
+    sets = [set(int(t) for t in ids) for ids in token_ids]
+    n = len(sets)
+    T = np.eye(n)
+    for x in range(n):
+        for y in range(x + 1, n):
+            T[x, y] = T[y, x] = len(sets[x] & sets[y]) / max(1, len(sets[x] | sets[y]))
+    return T
+
+
+def token_overlap_control(core_j: np.ndarray, token_j: np.ndarray, labels: Sequence[str]) -> dict[str, float]:
+    """[reconstruction] The similarity observation with token overlap held fixed.
+
+    Over all pairs of distinct prompts, least squares of the core-set Jaccard on
+    an intercept, the pair's token-set Jaccard and a same-label indicator:
+    ``J_core = b0 + b_tok * J_tok + b_same * [same label]``. ``b_same`` is the
+    same-topic gain in core-set Jaccard at equal token overlap (NaN when there is
+    no same-label pair or no different-label pair).
+
+    Returns ``{"same-topic effect": b_same, "token slope": b_tok, "token J within": ...,
+    "token J across": ...}`` (the last two: mean token Jaccard of same- and different-label pairs).
+    """
+    n = len(labels)
+    if core_j.shape != (n, n) or token_j.shape != (n, n) or n < 3:
+        raise ValueError("token_overlap_control needs two (n, n) matrices, n >= 3, and one label per prompt")
+    lab = np.asarray(labels)
+    iu = np.triu_indices(n, 1)
+    same = (lab[:, None] == lab[None, :])[iu].astype(float)
+    y, t = core_j[iu], token_j[iu]
+    out = {"same-topic effect": float("nan"), "token slope": float("nan"),
+           "token J within": float(t[same == 1].mean()) if same.any() else float("nan"),
+           "token J across": float(t[same == 0].mean()) if (same == 0).any() else float("nan")}
+    if 0 < same.sum() < len(same):
+        X = np.column_stack([np.ones_like(y), t, same])
+        coef = np.linalg.lstsq(X, y, rcond=None)[0]
+        out["same-topic effect"], out["token slope"] = float(coef[2]), float(coef[1])
+    return out
