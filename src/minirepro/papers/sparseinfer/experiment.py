@@ -128,7 +128,7 @@ class Config(ScaledConfig):
 
 def _prompts(corpus: CorpusV2, families: tuple[str, ...], n: int, seed: int) -> list[Example]:
     """``n`` fresh examples of ``families`` (in turn), generated from ``seed`` (never a training line)."""
-    cfg = dataclasses.replace(corpus.config, families=families)
+    cfg = dataclasses.replace(corpus.config, families=families, train_weights=())  # weights: train split only
     return generate_split_v2(cfg, n, seed, CorpusV2(cfg), "test")
 
 
