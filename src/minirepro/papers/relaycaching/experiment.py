@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from minirepro.core import set_seed
@@ -216,9 +217,18 @@ def run_arms(model: PreTrainedModel, tok: PreTrainedTokenizerBase, prep: Prepare
 
 @torch.no_grad()
 def phase_gap(model: PreTrainedModel, item: RelayItem, dtype: torch.dtype) -> dict[str, float]:
-    """Decode-phase vs prefill KV of A's identical context in ``dtype``: max and mean ``1 - cos`` over layers and ``S``."""
+    """Decode-phase vs prefill KV of A's identical context in ``dtype``: max and mean ``1 - cos`` over layers and ``S``.
+
+    Below float32, attention runs through PyTorch's reference ("math") SDPA kernel on every
+    machine: the fused bfloat16 kernel raises on CPUs with AVX-512-BF16 when torch's portable
+    kernels are forced (``ATEN_CPU_CAPABILITY=default``), and one kernel keeps the check alike.
+    """
     m = model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
-    dec, pre = a_cache(m, item, decode=True), a_cache(m, item, decode=False)
+    if dtype == torch.float32:
+        dec, pre = a_cache(m, item, decode=True), a_cache(m, item, decode=False)
+    else:  # the reference kernel: torch's fused bf16 one fails on AVX-512-BF16 CPUs
+        with sdpa_kernel(SDPBackend.MATH):  # under ATEN_CPU_CAPABILITY=default ("pack_vnni2")
+            dec, pre = a_cache(m, item, decode=True), a_cache(m, item, decode=False)
     s0 = len(item.pa)
     devs = [kv_deviation(a.keys[:, :, s0:], b.keys[:, :, s0:]) for a, b in zip(dec.layers, pre.layers)]
     devs += [kv_deviation(a.values[:, :, s0:], b.values[:, :, s0:]) for a, b in zip(dec.layers, pre.layers)]
