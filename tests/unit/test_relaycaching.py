@@ -265,3 +265,33 @@ def test_items_split_the_corpus_relay_and_fit(smoke):
         make_items(tok, ccfg, 5, 0, 40)
     with pytest.raises(ValueError, match="not a relay"):
         split_relay("calc 3 + 4 =")
+
+
+def test_phase_gap_falls_back_to_the_reference_kernel_only_for_the_avx512_bf16_error(monkeypatch):
+    import minirepro.papers.relaycaching.experiment as ex
+
+    model, it = tiny(), item()
+    assert ex.phase_gap(model, it, torch.bfloat16)["kernel"] == "default"
+    real = ex.a_cache
+
+    calls: list[int] = []
+
+    def fused_fails(m, i, decode=False):  # the first try fails as torch's fused bf16 kernel can
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("pack_vnni2 is only supported when avx512 is supported")
+        return real(m, i, decode)
+
+    monkeypatch.setattr(ex, "a_cache", fused_fails)
+    gap = ex.phase_gap(model, it, torch.bfloat16)
+    assert gap["kernel"] == "math" and 0 <= gap["mean"] <= gap["max"]
+    calls.clear()
+    with pytest.raises(RuntimeError, match="avx512"):  # float32 never falls back
+        ex.phase_gap(model, it, torch.float32)
+
+    def other_error(m, i, decode=False):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(ex, "a_cache", other_error)
+    with pytest.raises(RuntimeError, match="something else"):
+        ex.phase_gap(model, it, torch.bfloat16)

@@ -216,24 +216,30 @@ def run_arms(model: PreTrainedModel, tok: PreTrainedTokenizerBase, prep: Prepare
 
 
 @torch.no_grad()
-def phase_gap(model: PreTrainedModel, item: RelayItem, dtype: torch.dtype) -> dict[str, float]:
+def phase_gap(model: PreTrainedModel, item: RelayItem, dtype: torch.dtype) -> dict[str, float | str]:
     """Decode-phase vs prefill KV of A's identical context in ``dtype``: max and mean ``1 - cos`` over layers and ``S``.
 
-    Below float32, attention runs through PyTorch's reference ("math") SDPA kernel on every
-    machine: the fused bfloat16 kernel raises on CPUs with AVX-512-BF16 when torch's portable
-    kernels are forced (``ATEN_CPU_CAPABILITY=default``), and one kernel keeps the check alike.
+    ``kernel`` says which attention kernel ran: torch's default SDPA dispatch, or its
+    reference ("math") kernel where the fused bfloat16 kernel cannot run (it raises on
+    CPUs with AVX-512-BF16 when torch's portable kernels are forced,
+    ``ATEN_CPU_CAPABILITY=default``). The reference kernel reduces in the same order
+    for one query token as for many, so with it the phases agree in bfloat16 as well.
     """
     m = model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
-    if dtype == torch.float32:
+    kernel = "default"
+    try:
         dec, pre = a_cache(m, item, decode=True), a_cache(m, item, decode=False)
-    else:  # the reference kernel: torch's fused bf16 one fails on AVX-512-BF16 CPUs
-        with sdpa_kernel(SDPBackend.MATH):  # under ATEN_CPU_CAPABILITY=default ("pack_vnni2")
+    except RuntimeError as err:
+        if dtype == torch.float32 or "avx512" not in str(err):
+            raise
+        kernel = "math"
+        with sdpa_kernel(SDPBackend.MATH):
             dec, pre = a_cache(m, item, decode=True), a_cache(m, item, decode=False)
     s0 = len(item.pa)
     devs = [kv_deviation(a.keys[:, :, s0:], b.keys[:, :, s0:]) for a, b in zip(dec.layers, pre.layers)]
     devs += [kv_deviation(a.values[:, :, s0:], b.values[:, :, s0:]) for a, b in zip(dec.layers, pre.layers)]
     d = torch.cat(devs)
-    return {"max": float(d.max()), "mean": float(d.mean())}
+    return {"max": float(d.max()), "mean": float(d.mean()), "kernel": kernel}
 
 
 @torch.no_grad()
