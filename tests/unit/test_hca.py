@@ -369,6 +369,21 @@ def test_per_seed_accuracy_pools_domains_by_moves_and_summary():
         hca.per_seed_accuracy(acc, "experts")
 
 
+def test_one_move_is_the_largest_change_one_flipped_move_makes_to_the_mean_accuracy():
+    import pandas as pd
+
+    from minirepro.papers import hca
+
+    acc = pd.DataFrame({"domain": ["g", "h", "c"], "seed": 0, "oracle": "design", "method": "KernelSHAP",
+                        "accuracy": [0.5, 0.25, float("nan")], "n": [2, 4, 0], "tau": 0.1})
+    before = hca.mean_accuracy(acc, "KernelSHAP", "design")
+    flipped = acc.assign(accuracy=[1.0, 0.25, float("nan")])  # one move of the 2-move run
+    assert hca.one_move(acc, "KernelSHAP", "design") == pytest.approx(
+        hca.mean_accuracy(flipped, "KernelSHAP", "design") - before) == pytest.approx(1 / 4)
+    with pytest.raises(ValueError, match="no scored move"):
+        hca.one_move(acc, "HCA", "design")
+
+
 def test_random_moves_avoid_the_event_anchored_ones_and_fill_every_day():
     from minirepro.papers.hca.experiment import random_moves
 

@@ -33,6 +33,7 @@ from minirepro.papers.hca.experiment import (
     mcnemar_power,
     mean_accuracy,
     move_table,
+    one_move,
     oracle_agreement,
     per_seed_accuracy,
     pooled_taus,
@@ -63,6 +64,6 @@ __all__ = [
     "correct_per_move", "cost_ratios", "costs", "mcnemar_moves", "mcnemar_power", "move_table", "pooled_taus",
     "shap_explain", "design_oracle", "get_plant", "greenhouse", "interventional_oracle", "kg_evidence",
     "kkt_evidence", "knowledge_graph", "lime_explain", "make_schedule", "mean_accuracy",
-    "oracle_agreement", "pcmci_evidence", "per_seed_accuracy", "pcmci_pvalues", "rank_and_validate", "run_domain",
+    "one_move", "oracle_agreement", "pcmci_evidence", "per_seed_accuracy", "pcmci_pvalues", "rank_and_validate", "run_domain",
     "run_experiment", "summarise",
 ]

@@ -374,6 +374,20 @@ def mean_accuracy(acc: pd.DataFrame, method: str, oracle: str) -> float:
     return float(s.mean())
 
 
+def one_move(acc: pd.DataFrame, method: str, oracle: str) -> float:
+    """The largest change one move can make to :func:`mean_accuracy`: one move of the run with fewest.
+
+    :func:`mean_accuracy` averages the runs that scored a move, so flipping one move of
+    run r moves it by ``1 / (runs * n_r)``. Used as the golden tolerance of an
+    explainer whose label can flip between processors (KernelSHAP's nearly singular
+    few-coalition regression).
+    """
+    g = acc[(acc["method"] == method) & (acc["oracle"] == oracle) & (acc["n"] > 0)]
+    if g.empty:
+        raise ValueError(f"no scored move for method {method!r} and oracle {oracle!r}")
+    return 1.0 / (len(g) * int(g["n"].min()))
+
+
 def costs(runs: list[Run]) -> pd.DataFrame:
     """Per-explanation wall time (ms, medians) of HCA, LIME and the interventional oracle.
 
