@@ -21,6 +21,14 @@ A cell over its scale's budget (``BUDGETS``: 20 s smoke, 120 s book) is marked
 ``over``. ``full`` is timed only when asked (``--scales ...,full``), under a cap
 (``--cap``): a run stopped at the cap is recorded as "more than cap seconds", a
 measured lower bound, never a guess.
+
+``full`` can also be *estimated from measured fractions* (``--estimate``, see
+:func:`estimate_full`): the full preset is run with ``n_seeds = n1`` and ``n1 + 1``
+(``n1`` = the chapter's smoke seed count, which every notebook accepts), each in a
+fresh process, and the time of ``N`` seeds (the full preset's) is read off the line
+through the two points, ``t(n) = a + b n``. The two measured runs are kept in the
+record beside the estimate, and the table labels it "est.". A chapter whose two
+fractions would cost as much as the whole (``2 n1 + 1 >= N``) is timed in full.
 """
 
 from __future__ import annotations
@@ -45,10 +53,10 @@ _CHILD = r"""
 import json, resource, sys
 from pathlib import Path
 from minirepro.runner import RunFailed, run_chapter
-chapter, scale, runs = sys.argv[1:4]
+chapter, scale, runs, params = sys.argv[1:5]
 out = {"ok": True}
 try:
-    run = run_chapter(chapter, scale=scale, runs_dir=Path(runs), quiet_bars=True)
+    run = run_chapter(chapter, json.loads(params), scale=scale, runs_dir=Path(runs), quiet_bars=True)
     out["seconds"] = run.results["seconds"]
     out["folder"] = str(run.folder)
 except RunFailed as exc:
@@ -100,8 +108,9 @@ def _kernel_tree_rss(proc) -> tuple[int, bool]:
     return total, seen
 
 
-def measure(chapter: str, scale: str, root: Path | None = None, cap: float | None = None) -> dict[str, Any]:
-    """Run one chapter at ``scale`` in a fresh process; return its time and peak memory."""
+def measure(chapter: str, scale: str, root: Path | None = None, cap: float | None = None,
+            params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run one chapter at ``scale`` (with ``params``) in a fresh process; return its time and peak memory."""
     import psutil
 
     root = (root or repo_root()).resolve()
@@ -110,7 +119,8 @@ def measure(chapter: str, scale: str, root: Path | None = None, cap: float | Non
     with tempfile.TemporaryDirectory(prefix="minirepro-bench-") as runs:
         env = dict(os.environ, MINIREPRO_ROOT=str(root), TQDM_DISABLE="1")
         t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD, ch.name, scale, runs], env=env,
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD, ch.name, scale, runs,
+                                 json.dumps(params or {})], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         ps = psutil.Process(proc.pid)
         peak, kernel_seen, stopped = 0, False, False
@@ -129,6 +139,7 @@ def measure(chapter: str, scale: str, root: Path | None = None, cap: float | Non
         stdout, _ = proc.communicate()
         wall = time.perf_counter() - t0
     cell: dict[str, Any] = {"chapter": ch.name, "scale": scale, "wall_seconds": round(wall, 1),
+                            **({"params": params} if params else {}),
                             "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
                             "budget": BUDGETS.get(scale)}
     if stopped:
@@ -149,6 +160,72 @@ def measure(chapter: str, scale: str, root: Path | None = None, cap: float | Non
     return cell
 
 
+def seed_points(chapter: str, root: Path | None = None) -> tuple[int, int] | None:
+    """``(n1, N)`` for :func:`estimate_full`: the smoke and full presets' ``n_seeds``, or ``None``.
+
+    ``None`` when the chapter has no ``n_seeds`` parameter or its fractions would cost as much
+    as the whole run (``2 n1 + 1 >= N``): such a chapter is timed in full.
+    """
+    ch = get(chapter, root)
+    if "n_seeds" not in ch.parameters:
+        return None
+    seeds = ch.presets().get("n_seeds", {})
+    n1, n_full = seeds.get("smoke"), seeds.get("full")
+    if not n1 or not n_full or 2 * n1 + 1 >= n_full:
+        return None
+    return int(n1), int(n_full)
+
+
+def line_through(n1: int, t1: float, n2: int, t2: float, n: int) -> float:
+    """``t(n)`` on the line ``t = a + b n`` through ``(n1, t1)`` and ``(n2, t2)``, with ``b >= 0``.
+
+    A negative slope (the second run faster than the first: noise) is read as ``b = 0``,
+    so the estimate is never below the larger measured time.
+    """
+    if n2 == n1:
+        raise ValueError("the two fractions need different seed counts")
+    b = max(0.0, (t2 - t1) / (n2 - n1))
+    return max(t1, t2) + b * (n - max(n1, n2))
+
+
+def estimate_full(chapter: str, n1: int, n_full: int, root: Path | None = None,
+                  cap: float | None = None) -> dict[str, Any]:
+    """The full preset's cost, estimated from runs of it at ``n_seeds = n1`` and ``n1 + 1``.
+
+    Each run is a :func:`measure` of the full preset with only ``n_seeds`` changed. The
+    time (and the CPU time) of ``n_full`` seeds is read off the line through the two points
+    (:func:`line_through`); the peak memory is the larger measured one (seeds run one after
+    another, so it does not grow with them). If either run fails or is stopped at ``cap``,
+    the cell says so and carries no estimate.
+    """
+    points = []
+    for n in (n1, n1 + 1):
+        cell = measure(chapter, "full", root, cap=cap, params={"n_seeds": n})
+        points.append(cell)
+        if cell["status"] != "ok":
+            break
+    out: dict[str, Any] = {"chapter": points[0]["chapter"], "scale": "full", "n_seeds_full": n_full,
+                           "points": [{k: c.get(k) for k in ("params", "status", "seconds", "cpu_seconds",
+                                                            "wall_seconds", "peak_rss_mb", "load_before",
+                                                            "at_least_seconds")} for c in points],
+                           "load_before": points[0]["load_before"], "load_after": points[-1]["load_after"],
+                           "budget": None}
+    bad = next((c for c in points if c["status"] != "ok"), None)
+    if bad is not None:
+        out.update(status=bad["status"], seconds=None, peak_rss_mb=bad.get("peak_rss_mb"),
+                   at_least_seconds=bad.get("at_least_seconds"), error=bad.get("error", ""))
+        return out
+    (a, b) = points
+    out.update(status="estimated", seconds=None,
+               estimate_seconds=round(line_through(n1, a["seconds"], n1 + 1, b["seconds"], n_full), 0),
+               peak_rss_mb=max(a["peak_rss_mb"], b["peak_rss_mb"]),
+               method=f"line through runs of the full preset at {n1} and {n1 + 1} of {n_full} seeds")
+    if a.get("cpu_seconds") is not None and b.get("cpu_seconds") is not None:
+        out["estimate_cpu_seconds"] = round(line_through(n1, a["cpu_seconds"], n1 + 1, b["cpu_seconds"],
+                                                         n_full), 0)
+    return out
+
+
 def contended(cell: dict[str, Any]) -> bool:
     """Whether the cell was measured with more runnable processes than cores."""
     return cell.get("load_before", 0) > (cell.get("cores") or os.cpu_count() or 1)
@@ -165,8 +242,12 @@ def is_over(cell: dict[str, Any]) -> bool:
 
 
 def bench(scales: list[str], chapters: list[str] | None = None, root: Path | None = None,
-          cap: float | None = None, out: Path | None = None) -> Path:
+          cap: float | None = None, out: Path | None = None, estimate: bool = False) -> Path:
     """Measure every chapter (or ``chapters``) at every scale; merge into ``book/cost.json``.
+
+    With ``estimate``, ``full`` is estimated from two measured fractions
+    (:func:`estimate_full`) where the chapter has an ``n_seeds`` parameter and the
+    fractions cost less than the whole; otherwise it is timed in full (under ``cap``).
 
     Cells of an earlier bench that were not re-measured are kept, with their own date,
     so a partial bench adds to the table instead of replacing it. Writes
@@ -181,7 +262,11 @@ def bench(scales: list[str], chapters: list[str] | None = None, root: Path | Non
     cells = {(c["chapter"], c["scale"]): c for c in old.get("cells", [])}
     for name in names:
         for scale in scales:
-            cell = measure(name, scale, root, cap=cap if scale == "full" else None)
+            pts = seed_points(name, root) if estimate and scale == "full" else None
+            if pts is not None:
+                cell = estimate_full(name, *pts, root=root, cap=cap)
+            else:
+                cell = measure(name, scale, root, cap=cap if scale == "full" else None)
             cell.update(date=now, **machine)
             cells[(name, scale)] = cell
             print(f"bench: {name} {scale}: {_cell_text(cell)}, peak {cell.get('peak_rss_mb')} MB "
@@ -199,12 +284,18 @@ def _write(out: Path, cells: dict) -> None:
     out.with_suffix(".md").write_text(cost_markdown(record), encoding="utf-8")
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
 def _cell_text(cell: dict[str, Any]) -> str:
+    if cell.get("status") == "estimated":
+        return f"≈ {_duration(cell['estimate_seconds'])} (est.)"
     if cell.get("status") == "stopped":
         return f"more than {cell['at_least_seconds']:.0f} s (stopped)"
     if cell.get("status") == "failed":
         return "failed"
-    text = f"{cell['seconds']:.0f} s"
+    text = _duration(cell["seconds"]) if cell["scale"] == "full" else f"{cell['seconds']:.0f} s"
     if contended(cell):  # the wall time says little about the budget; CPU time says more
         cpu = f"CPU {cell['cpu_seconds']:.0f} s, " if cell.get("cpu_seconds") is not None else ""
         text += f" ({cpu}load {cell['load_before']:.0f})"
@@ -245,4 +336,15 @@ def cost_markdown(record: dict[str, Any]) -> str:
               f"time when the machine was loaded. `full` is timed only on request "
               f"(`minirepro bench --scales full --cap SECONDS`); a run stopped at the cap shows "
               f"\"more than\" that many seconds."]
+    est = sorted((c for c in cells if c.get("status") == "estimated"), key=lambda c: c["chapter"])
+    if est:
+        pts = "; ".join(f"{c['chapter']} "
+                        + " and ".join(f"{p['seconds']:.0f} s at {p['params']['n_seeds']}" for p in c["points"])
+                        + f" of {c['n_seeds_full']}" for c in est)
+        lines += ["", f"**est.** (`minirepro bench --scales full --estimate`): an estimate, not a "
+                  f"measurement. The full preset was run twice with fewer seeds (everything else at "
+                  f"full size), each in a fresh process, and the time of all its seeds read off the "
+                  f"straight line through the two runs (seeds run one after another; the line's "
+                  f"intercept is the work done once). Peak memory is the larger of the two runs'. "
+                  f"Measured: {pts} seeds."]
     return "\n".join(lines) + "\n"

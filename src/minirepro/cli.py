@@ -193,7 +193,9 @@ def _cmd_bench(args) -> int:
     chapters = [c for item in (args.chapters or []) for c in item.split(",") if c]
     for n in chapters:
         get(n)
-    path = bench.bench(scales, chapters or None, cap=args.cap)
+    if args.estimate and "full" not in scales:
+        return _fail("--estimate estimates the full preset: add full to --scales (e.g. --scales full)")
+    path = bench.bench(scales, chapters or None, cap=args.cap, estimate=args.estimate)
     print(path.with_suffix(".md").read_text(), end="")
     print(f"cost table: {path} and {path.with_suffix('.md')}")
     return 0
@@ -378,6 +380,9 @@ def _add_build_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chapters", nargs="*", metavar="CHAPTER", help="chapters (default: all)")
     p.add_argument("--cap", type=float, default=1800.0,
                    help="seconds after which a full-scale run is stopped and recorded as a lower bound")
+    p.add_argument("--estimate", action="store_true",
+                   help="estimate full from two runs with fewer seeds (n_seeds = the smoke preset's, and one "
+                        "more) instead of timing it whole; labelled est. in the table")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("artifacts", help="trained models committed under artifacts/")

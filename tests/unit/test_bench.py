@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from minirepro import bench
 from minirepro.cli import main
 
@@ -67,3 +69,45 @@ def test_bench_cli_refuses_bad_input(toy_book, capsys):
     assert main(["bench", "--scales", "huge"]) == 2
     assert "unknown scale" in capsys.readouterr().err
     assert main(["bench", "--chapters", "nope"]) == 2
+
+
+def _seeded_chapter(root) -> None:
+    """A toy variant that works ``1.5 s`` per seed: its time is a line in ``n_seeds``."""
+    src = (root / "notebooks" / "01-toy" / "toy.md").read_text()
+    src = src.replace("n = 5  #", "n_seeds = 3  # seeds, one after another\nn = 5  #")
+    src = src.replace("rng = set_seed(seed)", "import time\ntime.sleep(1.5 * n_seeds)\nrng = set_seed(seed)")
+    (root / "notebooks" / "03-seeded").mkdir()
+    (root / "notebooks" / "03-seeded" / "seeded.md").write_text(src)
+
+
+def test_line_through_two_fractions():
+    assert bench.line_through(1, 10.0, 2, 13.0, 10) == 37.0  # a = 7, b = 3: 7 + 30
+    assert bench.line_through(2, 10.0, 3, 9.0, 10) == 10.0  # noise: slope read as 0, never below a point
+    with pytest.raises(ValueError, match="different seed counts"):
+        bench.line_through(2, 1.0, 2, 1.0, 5)
+
+
+def test_full_is_estimated_from_two_measured_fractions(toy_book, tmp_path):
+    _seeded_chapter(toy_book)
+    assert bench.seed_points("toy", toy_book) is None  # no n_seeds parameter: timed in full
+    cell = bench.estimate_full("seeded", 1, 6, root=toy_book)
+    assert cell["status"] == "estimated" and cell["seconds"] is None
+    (p1, p2) = cell["points"]
+    assert p1["params"] == {"n_seeds": 1} and p2["params"] == {"n_seeds": 2}
+    slope = p2["seconds"] - p1["seconds"]
+    assert 0.8 < slope < 2.6  # 1.5 s a seed, measured through papermill
+    assert cell["estimate_seconds"] == pytest.approx(p2["seconds"] + 4 * slope, abs=1.0)
+    assert cell["peak_rss_mb"] == max(p1["peak_rss_mb"], p2["peak_rss_mb"])
+    md = bench.cost_markdown({"cells": [dict(cell, date="d", cpu="x", cores=2)], "budgets": bench.BUDGETS})
+    row = next(line for line in md.splitlines() if line.startswith("| seeded |"))
+    assert f"≈ {cell['estimate_seconds']:.0f} s (est.)" in row
+    assert "**est.**" in md and "at 1 and" in md and "of 6 seeds" in md
+
+    # a fraction that fails leaves no estimate, and says so
+    bad = bench.estimate_full("seeded", 1, 6, root=toy_book, cap=0.5)
+    assert bad["status"] == "stopped" and "estimate_seconds" not in bad and len(bad["points"]) == 1
+
+
+def test_estimate_needs_the_full_scale(toy_book, capsys):
+    assert main(["bench", "--scales", "smoke", "--estimate"]) == 2
+    assert "add full to --scales" in capsys.readouterr().err
