@@ -25,6 +25,7 @@ import io
 import itertools
 import json
 import os
+import re
 import resource
 import secrets
 import shutil
@@ -46,7 +47,12 @@ import yaml
 from minirepro.chapters import Chapter, ChapterError, get, repo_root, show
 from minirepro.core.scale import SCALES
 
-CELL_TIMEOUT = 600  # seconds a cell may take under `minirepro run`
+CELL_TIMEOUT = 600  # seconds a cell may take under `minirepro run` at smoke and book scale
+# Per scale: at smoke and book a cell over 10 minutes is a hang (their budgets are 20 and
+# 120 s a chapter); a full-scale cell may legitimately take longer (ALI trains its models),
+# so it has no per-cell limit: Ctrl-C, SIGTERM, `sweep --timeout` and `bench --cap` still stop it.
+CELL_TIMEOUTS: dict[str, int | None] = {"smoke": CELL_TIMEOUT, "book": CELL_TIMEOUT, "full": None}
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b:?")
 
 
 class RunFailed(RuntimeError):
@@ -241,14 +247,34 @@ def kernel_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def cell_timeout(scale: str) -> int | None:
+    """Seconds one cell may run at ``scale`` under ``minirepro run`` (``None``: no limit)."""
+    return CELL_TIMEOUTS.get(scale, CELL_TIMEOUT)
+
+
+def failure_line(log_text: str, timeout: int | None) -> str:
+    """The one line that says why papermill failed: a cell timeout said plainly, else the
+    last exception line of the log (not a separator or a code preview), else its last line."""
+    lines = [ln for ln in log_text.splitlines() if ln.strip()]
+    if any("CellTimeoutError" in ln for ln in lines):
+        return (f"a cell ran longer than {timeout} s, the per-cell limit of `minirepro run` at this "
+                f"scale (see papermill.log for the cell)")
+    exc = [ln.strip() for ln in lines if _EXCEPTION_LINE.match(ln.strip())]
+    return exc[-1] if exc else (lines[-1] if lines else "")
+
+
 def execute(ipynb: Path, output: Path, params: dict[str, Any], env: dict[str, str],
-            cwd: Path, timeout: int = CELL_TIMEOUT, log: Path | None = None) -> None:
-    """Execute ``ipynb`` with papermill into ``output``; raise ``RuntimeError`` on failure."""
+            cwd: Path, timeout: int | None = CELL_TIMEOUT, log: Path | None = None) -> None:
+    """Execute ``ipynb`` with papermill into ``output``; raise ``RuntimeError`` on failure.
+
+    ``timeout``: seconds a cell may take (``None``: no limit).
+    """
     pfile = output.parent / ".params.yaml"
     pfile.write_text(yaml.safe_dump(params), encoding="utf-8")
     cmd = [sys.executable, "-m", "papermill", str(ipynb), str(output), "-f", str(pfile),
-           "-k", "python3", "--engine", "minirepro", "--cwd", str(cwd), "--no-progress-bar", "--execution-timeout",
-           str(timeout), "--log-level", "ERROR"]
+           "-k", "python3", "--engine", "minirepro", "--cwd", str(cwd), "--no-progress-bar",
+           *(["--execution-timeout", str(timeout)] if timeout is not None else []),
+           "--log-level", "ERROR"]
     with open(log or os.devnull, "w", encoding="utf-8") as fh:
         # A session of its own: a Ctrl-C in the terminal reaches this process only, which
         # then stops the whole tree (papermill, the kernel, the kernel's children).
@@ -265,8 +291,7 @@ def execute(ipynb: Path, output: Path, params: dict[str, Any], env: dict[str, st
     if proc.returncode != 0:
         tail = ""
         if log and log.exists():
-            lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-            tail = lines[-1] if lines else ""
+            tail = failure_line(log.read_text(encoding="utf-8", errors="replace"), timeout)
         raise RuntimeError(tail or f"papermill exited with status {proc.returncode}")
 
 
@@ -416,7 +441,8 @@ def _run_in(stage: Path, chapter: Chapter, params: dict[str, Any], full_params: 
     if quiet_bars:
         extra["TQDM_DISABLE"] = "1"
     t0, cpu0, load = time.perf_counter(), _children_cpu(), os.getloadavg()[0]
-    execute(ipynb, output, params, kernel_env(extra), cwd=stage, log=stage / "papermill.log")
+    execute(ipynb, output, params, kernel_env(extra), cwd=stage, log=stage / "papermill.log",
+            timeout=cell_timeout(str(full_params.get("scale", "book"))))
     seconds, cpu_seconds = time.perf_counter() - t0, _children_cpu() - cpu0
     kernel_results = stage / ".kernel-results.json"
     recorded = json.loads(kernel_results.read_text()) if kernel_results.exists() else {}

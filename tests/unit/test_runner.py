@@ -49,6 +49,32 @@ def test_a_failed_run_says_so_and_keeps_its_partial_notebook(toy_book):
     assert not list((toy_book / "runs" / "toy").glob(".incomplete-*"))
 
 
+def test_cell_timeout_depends_on_the_scale_and_is_reported_plainly(toy_book, monkeypatch):
+    """A smoke or book cell over the limit is a hang; a full-scale cell has no limit (ALI's
+    full preset trains its models in one cell for more than 10 minutes)."""
+    from minirepro import runner
+
+    assert runner.cell_timeout("smoke") == runner.cell_timeout("book") == runner.CELL_TIMEOUT
+    assert runner.cell_timeout("full") is None
+    src = (toy_book / "notebooks" / "01-toy" / "toy.md").read_text()
+    (toy_book / "notebooks" / "01-toy" / "toy.md").write_text(
+        src.replace("rng = set_seed(seed)", "import time\ntime.sleep(0.3 * n)\nrng = set_seed(seed)"))
+    monkeypatch.setattr(runner, "CELL_TIMEOUTS", {"smoke": 2, "book": 2, "full": None})
+    with pytest.raises(RunFailed, match=r"a cell ran longer than 2 s, the per-cell limit") as info:
+        run_chapter("toy", {"n": 20}, scale="smoke")  # 6 s in one cell
+    assert "-----" not in str(info.value)
+    assert run_chapter("toy", {"n": 20}, scale="full").results["seconds"] > 5  # no limit at full
+
+
+def test_failure_line_is_the_exception_not_a_separator():
+    from minirepro.runner import failure_line
+
+    log = "Traceback (most recent call last):\n  File x\nValueError: bad n\n-------------------\n"
+    assert failure_line(log, 600) == "ValueError: bad n"
+    assert failure_line("something odd\n", 600) == "something odd"
+    assert failure_line("", 600) == ""
+
+
 def test_sweep_keeps_finished_runs_when_one_fails(toy_book):
     folder = sweep("toy", {"fail": ["false", "true"], "seed": [0, 1]}, jobs=2, scale="smoke")
     summary = json.loads((folder / "summary.json").read_text())
