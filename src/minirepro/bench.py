@@ -290,6 +290,11 @@ def _duration(seconds: float) -> str:
 
 def _cell_text(cell: dict[str, Any]) -> str:
     if cell.get("status") == "estimated":
+        busy = [pt for pt in cell.get("points", []) if contended(dict(pt, cores=cell.get("cores")))]
+        if busy and cell.get("estimate_cpu_seconds") is not None:  # as for measured cells: CPU time too
+            load = max(pt["load_before"] for pt in busy)
+            return (f"≈ {_duration(cell['estimate_seconds'])} (est.; CPU "
+                    f"{_duration(cell['estimate_cpu_seconds'])}, load {load:.0f})")
         return f"≈ {_duration(cell['estimate_seconds'])} (est.)"
     if cell.get("status") == "stopped":
         return f"more than {cell['at_least_seconds']:.0f} s (stopped)"

@@ -103,6 +103,12 @@ def test_full_is_estimated_from_two_measured_fractions(toy_book, tmp_path):
     assert f"≈ {cell['estimate_seconds']:.0f} s (est.)" in row
     assert "**est.**" in md and "at 1 and" in md and "of 6 seeds" in md
 
+    busy = dict(cell, date="d", cpu="x", cores=2, estimate_cpu_seconds=150.0,
+                points=[dict(p1, load_before=3.2), p2])  # one run measured under load
+    row = next(line for line in bench.cost_markdown({"cells": [busy]}).splitlines()
+               if line.startswith("| seeded |"))
+    assert "(est.; CPU 2 min, load 3)" in row
+
     # a fraction that fails leaves no estimate, and says so
     bad = bench.estimate_full("seeded", 1, 6, root=toy_book, cap=0.5)
     assert bad["status"] == "stopped" and "estimate_seconds" not in bad and len(bad["points"]) == 1
