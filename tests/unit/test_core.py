@@ -143,6 +143,14 @@ def test_datasets():
     X, lab = gaussian_mixture(500, 16, 4, 3, seed=0)
     assert X.shape == (500, 16) and set(np.unique(lab)) <= set(range(4))
     assert np.array_equal(gaussian_mixture(50, 4, 2, 2, seed=5)[0], gaussian_mixture(50, 4, 2, 2, seed=5)[0])
+    # sample_seed: the same mixture (seed), other samples; near-identical component statistics
+    a, la = gaussian_mixture(4000, 8, 3, 2, seed=5)
+    b, lb = gaussian_mixture(4000, 8, 3, 2, seed=5, sample_seed=11)
+    c, _ = gaussian_mixture(4000, 8, 3, 2, seed=6, sample_seed=11)
+    assert not np.array_equal(a, b)
+    for k in range(3):
+        assert np.abs(a[la == k].mean(0) - b[lb == k].mean(0)).max() < 0.15
+    assert np.abs(np.sort(a.mean(0)) - np.sort(c.mean(0))).max() > 0.3  # another seed: another mixture
     with pytest.raises(ValueError):
         gaussian_mixture(10, 4, 2, 5)
     with pytest.raises(ValueError):

@@ -201,7 +201,8 @@ def test_cached_decode_equals_full_forward(variant):
 
 @pytest.mark.parametrize("bad", [{"n_seeds": 6}, {"n_test": 10}, {"alphas": (1.0, 0.25)},
                                  {"tol_bits": (16, 3)}, {"timing_d": 50}, {"timing_reps": 1},
-                                 {"rss_d": 100}, {"rss_tokens": 0}, {"rss_tokens": 97}, {"rss_reps": 0}])
+                                 {"rss_d": 100}, {"rss_tokens": 0}, {"rss_tokens": 97}, {"rss_reps": 0},
+                                 {"data_seed": -1}])
 def test_config_rejects_bad_values(bad):
     from minirepro.papers.memoryllm import Config
 
@@ -215,3 +216,23 @@ def test_cli_bad_parameter_exits_2_with_one_line(capsys):
     assert main(["run", "memoryllm", "--scale", "smoke", "-p", "n_test", "many"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "n_test" in err
+
+
+def test_data_seed_draws_fresh_test_lines_from_the_same_generator():
+    """None is the artifact corpus's test split; a data_seed gives other lines, deterministic,
+    from the same fact table and copy pool, each with the answer its prompt implies."""
+    from minirepro.core.lm.corpus_v2 import FACTS, solve_v2
+    from minirepro.papers.memoryllm.experiment import test_split
+
+    recorded = test_split(60)
+    assert [e.text for e in test_split(60, None)] == [e.text for e in recorded]
+    fresh = test_split(60, 0)
+    assert [e.text for e in test_split(60, 0)] == [e.text for e in fresh]  # deterministic
+    other = test_split(60, 1000)
+    assert {e.family for e in fresh} == {"facts", "copy"} and len(fresh) == 60
+    assert len({e.text for e in fresh} & {e.text for e in recorded if e.family == "copy"}) == 0
+    assert [e.text for e in fresh] != [e.text for e in other]
+    for e in fresh:
+        assert solve_v2(e) == e.answer
+        if e.family == "facts":
+            assert FACTS[e.prompt.split()[-2]] == e.answer

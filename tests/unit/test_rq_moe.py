@@ -247,6 +247,38 @@ def test_splits_are_disjoint_and_sized():
                        s.database.view([("", s.database.dtype)] * 16)).any()
 
 
+@pytest.mark.parametrize("dataset", ["synthetic", "digits"])
+def test_eval_redraw_keeps_training_vectors_and_the_distribution(dataset):
+    """A fresh database/query draw: the seed's training vectors untouched (so its trained
+    quantizers still apply), other vectors, the same distribution, deterministic."""
+    from minirepro.papers.rq_moe.redraw import redraw_eval
+
+    base = load_vectors(dataset, 600, 800, 100, d=16, seed=3)
+    new = redraw_eval(base, 3, 0)
+    again = redraw_eval(base, 3, 0)
+    other = redraw_eval(base, 3, 1000)
+    assert new.train is base.train and new.database.shape == base.database.shape
+    assert new.queries.shape == base.queries.shape and new.database.dtype == np.float32
+    assert np.array_equal(new.database, again.database) and np.array_equal(new.queries, again.queries)
+    assert not np.array_equal(new.database, base.database) and not np.array_equal(new.database, other.database)
+    # same distribution: per-dimension means and spreads agree within sampling error
+    sd = base.database.std(0)
+    assert np.abs(new.database.mean(0) - base.database.mean(0)).max() < 0.25 * sd.max()
+    assert np.allclose(new.database.std(0), sd, rtol=0.2, atol=0.05 * sd.max())
+
+
+def test_eval_seed_in_the_config():
+    from minirepro.papers.rq_moe import Config, vectors
+
+    cfg = Config(n_train=300, n_database=200, n_queries=40, d=16)
+    assert np.array_equal(vectors("digits", cfg, 1).database,
+                          load_vectors("digits", 300, 200, 40, d=16, seed=1).database)
+    fresh = vectors("digits", Config(n_train=300, n_database=200, n_queries=40, d=16, eval_seed=5), 1)
+    assert np.array_equal(fresh.train, load_vectors("digits", 300, 200, 40, d=16, seed=1).train)
+    with pytest.raises(ValueError, match="eval_seed"):
+        Config(eval_seed=-1)
+
+
 # ---------------------------------------------------------------- clear errors
 
 def test_untrained_quantizers_raise(splits):

@@ -36,11 +36,14 @@ def digits(seed: int = 0, test_fraction: float = 0.25) -> Split:
 
 
 def gaussian_mixture(n: int, d: int, n_components: int, rank: int, seed: int = 0,
-                     noise: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+                     noise: float = 0.05, sample_seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Samples from a mixture of anisotropic low-rank Gaussians.
 
     Each component has a random mean and a random rank-``rank`` covariance with
-    decaying singular values plus isotropic ``noise``.
+    decaying singular values plus isotropic ``noise``. ``seed`` fixes the mixture
+    (and, by default, the samples); with ``sample_seed`` the same mixture is
+    sampled by its own generator, so more samples of one distribution can be drawn
+    apart from an earlier draw.
 
     Returns:
         ``(X, labels)`` with ``X`` of shape (n, d) float64 and ``labels`` (n,) int64.
@@ -51,6 +54,8 @@ def gaussian_mixture(n: int, d: int, n_components: int, rank: int, seed: int = 0
     rng = np.random.default_rng(seed)
     means = rng.normal(scale=2.0, size=(n_components, d))
     bases = rng.normal(size=(n_components, d, rank)) / np.sqrt(d)
+    if sample_seed is not None:
+        rng = np.random.default_rng(sample_seed)
     scales = 1.0 / np.arange(1, rank + 1) ** 0.7
     labels = rng.integers(0, n_components, size=n)
     z = rng.normal(size=(n, rank)) * scales

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 
 from minirepro.core import ScaledConfig, set_seed
-from minirepro.core.lm.corpus_v2 import build_corpus_v2
+from minirepro.core.lm.corpus_v2 import build_corpus_v2, generate_split_v2
 from minirepro.core.lm.train_v2 import encode_examples
 from minirepro.core.progress import progress
 from minirepro.papers.memoryllm.loading import load_tokenizer, load_variants
@@ -39,6 +39,7 @@ class Config(ScaledConfig):
     rss_d: int = 384
     rss_tokens: int = 48
     rss_reps: int = 3
+    data_seed: int | None = None  # None: the corpus's test split; else fresh test lines (test_split)
     PRESETS: ClassVar = {
         "smoke": {"n_seeds": 2, "n_test": 80, "alphas": (1.0, 0.5, 0.0), "tol_bits": (16, 4), "timing_d": 96, "timing_tokens": 12,
                   "timing_reps": 2, "rss_reps": 1},
@@ -64,17 +65,29 @@ class Config(ScaledConfig):
             raise ValueError("timing_tokens must be >= 1 and timing_reps >= 2")
         if int(self.rss_d) < 48 or int(self.rss_d) % 48:
             raise ValueError(f"rss_d must be a positive multiple of 48, got {self.rss_d}")
+        if self.data_seed is not None and not 0 <= int(self.data_seed) < 2**32:
+            raise ValueError(f"data_seed must be None or in 0..2**32-1, got {self.data_seed}")
         if not 1 <= int(self.rss_tokens) <= 96 or int(self.rss_reps) < 1:
             raise ValueError(f"rss_tokens must be in 1..96 (the decoders' max_len is 128 with a 32-token "
                              f"prompt) and rss_reps >= 1, got {self.rss_tokens} and {self.rss_reps}")
 
 
-def test_split(n_test: int):
-    """The corpus test split of the artifact's corpus (facts and copy lines)."""
+def test_split(n_test: int, data_seed: int | None = None):
+    """The first ``n_test`` lines of the artifact corpus's test split (facts and copy lines).
+
+    With ``data_seed``, ``n_test`` *fresh* lines drawn by the same generator from the
+    artifact's corpus config with their own seed (``SeedSequence([corpus seed, 3,
+    data_seed])``, apart from the train, val and test splits' seeds): the same fact table
+    and copy-word pool, other keys, contexts and copy spans. ``minirepro claims
+    --robustness`` varies it (the trained variants cannot be re-seeded without re-training).
+    """
     from minirepro.papers.memoryllm.artifact import corpus_config
 
     corpus = build_corpus_v2(corpus_config())
-    return corpus.test[:n_test]
+    if data_seed is None:
+        return corpus.test[:n_test]
+    seed = int(np.random.SeedSequence([corpus.config.seed, 3, int(data_seed)]).generate_state(1)[0])
+    return generate_split_v2(corpus.config, n_test, seed, corpus, "test")
 
 
 @dataclass
@@ -266,7 +279,7 @@ def run_experiment(cfg: Config, seed: int = 0, workdir: Path | None = None,
     models, meta = load_variants(folder)
     tok = load_tokenizer(folder)
     seeds = list(meta["seeds"])[: cfg.n_seeds]
-    examples = test_split(cfg.n_test)
+    examples = test_split(cfg.n_test, cfg.data_seed)
     enc = encode_examples(tok, examples)
     fams = [e.family for e in examples]
     ids = torch.tensor(enc.ids[0])[None, :]

@@ -9,7 +9,8 @@ One file per concern:
 * ``baselines``: faiss PQ, OPQ, RQ (beam 1 / 8), LSQ behind one ``FaissQuantizer``;
 * ``evaluate``: MSE, R@k, decode timing, sequential depth, multiply-adds per decoded vector;
 * ``artifact`` / ``pretrained``: the book's trained networks as a checked artifact, and loading them;
-* ``experiment``: the chapter's config and comparison runs.
+* ``experiment``: the chapter's config and comparison runs;
+* ``redraw``: fresh database and query vectors for a seed's trained quantizers (robustness runs).
 """
 
 from minirepro.papers.rq_moe.baselines import BASELINES, FaissQuantizer
@@ -35,6 +36,7 @@ from minirepro.papers.rq_moe.experiment import (
     run_setting,
     summarise,
     timing_models,
+    vectors,
 )
 from minirepro.papers.rq_moe.pretrained import stored_network, training_curves
 from minirepro.papers.rq_moe.quantizers import QINCo, RQMoE, normalized_loss
@@ -78,4 +80,5 @@ __all__ = [
     "train_quantizer",
     "training_curves",
     "true_neighbours",
+    "vectors",
 ]

@@ -19,6 +19,7 @@ from minirepro.papers.rq_moe.data import VectorSplits, load_vectors
 from minirepro.papers.rq_moe.evaluate import late_drop, mse, recall_at, true_neighbours
 from minirepro.papers.rq_moe.pretrained import stored_late_drop, stored_losses, stored_network
 from minirepro.papers.rq_moe.quantizers import QINCo, RQMoE
+from minirepro.papers.rq_moe.redraw import redraw_eval
 from minirepro.papers.rq_moe.train import data_scale, train_quantizer
 
 NEURAL: tuple[str, ...] = ("RQ-MoE", "QINCo")
@@ -54,6 +55,7 @@ class Config(ScaledConfig):
     timing_repeats: int = 9
     timing_batches: tuple[int, ...] = (64, 2000, 16384)  # codes per decode call in the timing
     n_seeds: int = 5             # seeds of the headline comparison
+    eval_seed: int | None = None  # None: each seed's own database and queries; else a fresh draw (vectors)
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         "smoke": {"n_train": 1000, "n_database": 500, "n_queries": 100, "steps": 10,
@@ -73,6 +75,8 @@ class Config(ScaledConfig):
         for name in ("M", "steps", "n_train", "n_experts", "n_seeds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.eval_seed is not None and not 0 <= int(self.eval_seed) < 2**32:
+            raise ValueError(f"eval_seed must be None or in 0..2**32-1, got {self.eval_seed}")
 
     @property
     def nbits(self) -> int:
@@ -164,10 +168,17 @@ def run_setting(splits: VectorSplits, cfg: Config, M: int, seed: int,
     return rows, models
 
 
+def vectors(dataset: str, cfg: Config, seed: int) -> VectorSplits:
+    """The seed's vectors at the config's sizes; with ``cfg.eval_seed``, a fresh database and
+    query draw from the same distribution, the training vectors unchanged (:func:`~.redraw.redraw_eval`)."""
+    splits = load_vectors(dataset, cfg.n_train, cfg.n_database, cfg.n_queries, d=cfg.d, seed=seed)
+    return splits if cfg.eval_seed is None else redraw_eval(splits, seed, cfg.eval_seed)
+
+
 def run_experiment(cfg: Config, datasets: tuple[str, ...], seeds: list[int],
                    M: int | None = None, methods: tuple[str, ...] = METHODS
                    ) -> tuple[pd.DataFrame, dict[tuple[str, int], dict]]:
-    """``run_setting`` on each dataset and seed (fresh data draw per seed).
+    """``run_setting`` on each dataset and seed (fresh data draw per seed, :func:`vectors`).
 
     Returns:
         (one row per method and run, the fitted quantizers by ``(dataset, seed)``).
@@ -176,7 +187,7 @@ def run_experiment(cfg: Config, datasets: tuple[str, ...], seeds: list[int],
     rows: list[dict] = []
     models: dict[tuple[str, int], dict] = {}
     for ds, seed in progress([(ds, s) for ds in datasets for s in seeds], desc="settings"):
-        splits = load_vectors(ds, cfg.n_train, cfg.n_database, cfg.n_queries, d=cfg.d, seed=seed)
+        splits = vectors(ds, cfg, seed)
         new_rows, models[ds, seed] = run_setting(splits, cfg, M, seed, methods)
         rows += new_rows
     return pd.DataFrame(rows), models
