@@ -202,7 +202,7 @@ def test_cached_decode_equals_full_forward(variant):
 @pytest.mark.parametrize("bad", [{"n_seeds": 6}, {"n_test": 10}, {"alphas": (1.0, 0.25)},
                                  {"tol_bits": (16, 3)}, {"timing_d": 50}, {"timing_reps": 1},
                                  {"rss_d": 100}, {"rss_tokens": 0}, {"rss_tokens": 97}, {"rss_reps": 0},
-                                 {"data_seed": -1}])
+                                 {"data_seed": -1}, {"timing_tokens": 97}])
 def test_config_rejects_bad_values(bad):
     from minirepro.papers.memoryllm import Config
 
@@ -216,6 +216,15 @@ def test_cli_bad_parameter_exits_2_with_one_line(capsys):
     assert main(["run", "memoryllm", "--scale", "smoke", "-p", "n_test", "many"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "n_test" in err
+
+
+def test_every_preset_is_a_valid_config():
+    """The full preset once asked for 128 timing tokens, past the decoders' 128 positions."""
+    from minirepro.papers.memoryllm import Config
+
+    for scale in ("smoke", "book", "full"):
+        cfg = Config.preset(scale)
+        assert cfg.timing_tokens + 32 <= 128 and cfg.rss_tokens + 32 <= 128
 
 
 def test_data_seed_draws_fresh_test_lines_from_the_same_generator():

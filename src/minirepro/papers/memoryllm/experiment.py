@@ -44,7 +44,7 @@ class Config(ScaledConfig):
         "smoke": {"n_seeds": 2, "n_test": 80, "alphas": (1.0, 0.5, 0.0), "tol_bits": (16, 4), "timing_d": 96, "timing_tokens": 12,
                   "timing_reps": 2, "rss_reps": 1},
         "book": {},
-        "full": {"timing_d": 768, "timing_tokens": 128, "timing_reps": 10, "rss_d": 768, "rss_reps": 5},
+        "full": {"timing_d": 768, "timing_tokens": 96, "timing_reps": 10, "rss_d": 768, "rss_reps": 5},
     }
 
     def __post_init__(self) -> None:
@@ -61,8 +61,9 @@ class Config(ScaledConfig):
             raise ValueError(f"tol_bits must include 16 and 4, from {{32, 16, 8, 4, 2}}, got {self.tol_bits}")
         if int(self.timing_d) < 48 or int(self.timing_d) % 48:
             raise ValueError(f"timing_d must be a positive multiple of 48, got {self.timing_d}")
-        if int(self.timing_tokens) < 1 or int(self.timing_reps) < 2:
-            raise ValueError("timing_tokens must be >= 1 and timing_reps >= 2")
+        if not 1 <= int(self.timing_tokens) <= 96 or int(self.timing_reps) < 2:
+            raise ValueError(f"timing_tokens must be in 1..96 (the decoders' max_len is 128 with a 32-token "
+                             f"prompt) and timing_reps >= 2, got {self.timing_tokens} and {self.timing_reps}")
         if int(self.rss_d) < 48 or int(self.rss_d) % 48:
             raise ValueError(f"rss_d must be a positive multiple of 48, got {self.rss_d}")
         if self.data_seed is not None and not 0 <= int(self.data_seed) < 2**32:
