@@ -214,7 +214,28 @@ def estimate_full(chapter: str, n1: int, n_full: int, root: Path | None = None,
     if bad is not None:
         out.update(status=bad["status"], seconds=None, peak_rss_mb=bad.get("peak_rss_mb"),
                    at_least_seconds=bad.get("at_least_seconds"), error=bad.get("error", ""))
-        return out
+        return stopped_bound(out, n1)
+    return _estimate(out, points, n1, n_full)
+
+
+def stopped_bound(cell: dict[str, Any], n1: int) -> dict[str, Any]:
+    """A lower bound for an estimate whose first run finished and second was stopped at the cap.
+
+    The second run took more than the cap, so the slope is more than ``cap - t1``, and the
+    full preset takes more than the line through ``(n1, t1)`` and ``(n1 + 1, cap)`` at ``N``.
+    """
+    pts = cell.get("points", [])
+    if (cell.get("status") == "stopped" and len(pts) == 2 and pts[0]["status"] == "ok"
+            and pts[1]["status"] == "stopped"):
+        cell["at_least_seconds"] = round(line_through(n1, pts[0]["seconds"], n1 + 1,
+                                                      pts[1]["at_least_seconds"], cell["n_seeds_full"]), 0)
+        cell["bound"] = (f"{pts[0]['seconds']:.0f} s at {n1} and more than "
+                         f"{pts[1]['at_least_seconds']:.0f} s at {n1 + 1}")
+    return cell
+
+
+def _estimate(out: dict[str, Any], points: list[dict[str, Any]], n1: int, n_full: int) -> dict[str, Any]:
+    """``out`` with the estimate read off the line through the two finished runs."""
     (a, b) = points
     out.update(status="estimated", seconds=None,
                estimate_seconds=round(line_through(n1, a["seconds"], n1 + 1, b["seconds"], n_full), 0),
@@ -297,7 +318,13 @@ def _cell_text(cell: dict[str, Any]) -> str:
                     f"{_duration(cell['estimate_cpu_seconds'])}, load {load:.0f})")
         return f"≈ {_duration(cell['estimate_seconds'])} (est.)"
     if cell.get("status") == "stopped":
-        return f"more than {cell['at_least_seconds']:.0f} s (stopped)"
+        if cell.get("bound"):  # one run finished, the next hit the cap: a bound through both
+            return f"more than {_duration(cell['at_least_seconds'])} (est. bound)"
+        if cell.get("points"):  # an estimate's first fraction hit the cap: the whole takes longer
+            n = cell["points"][-1]["params"]["n_seeds"]
+            return (f"more than {_duration(cell['at_least_seconds'])} (stopped at "
+                    f"{n} of {cell['n_seeds_full']} seeds)")
+        return f"more than {_duration(cell['at_least_seconds'])} (stopped)"
     if cell.get("status") == "failed":
         return "failed"
     text = _duration(cell["seconds"]) if cell["scale"] == "full" else f"{cell['seconds']:.0f} s"
@@ -352,4 +379,10 @@ def cost_markdown(record: dict[str, Any]) -> str:
                   f"straight line through the two runs (seeds run one after another; the line's "
                   f"intercept is the work done once). Peak memory is the larger of the two runs'. "
                   f"Measured: {pts} seeds."]
+    bounds = sorted((c for c in cells if c.get("bound")), key=lambda c: c["chapter"])
+    if bounds:
+        lines += ["", "**est. bound**: the first shorter run finished and the second (one more seed) was "
+                  "stopped at the cap, so each seed costs more than their difference and the full preset "
+                  "more than the straight line through them: "
+                  + "; ".join(f"{c['chapter']} {c['bound']} of {c['n_seeds_full']} seeds" for c in bounds) + "."]
     return "\n".join(lines) + "\n"

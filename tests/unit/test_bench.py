@@ -112,6 +112,19 @@ def test_full_is_estimated_from_two_measured_fractions(toy_book, tmp_path):
     # a fraction that fails leaves no estimate, and says so
     bad = bench.estimate_full("seeded", 1, 6, root=toy_book, cap=0.5)
     assert bad["status"] == "stopped" and "estimate_seconds" not in bad and len(bad["points"]) == 1
+    row = next(line for line in bench.cost_markdown({"cells": [dict(bad, date="d", cpu="x", cores=2)]})
+               .splitlines() if line.startswith("| seeded |"))
+    assert "more than 0 s (stopped at 1 of 6 seeds)" in row or "more than 1 s (stopped at 1 of 6 seeds)" in row
+
+
+def test_a_second_run_stopped_at_the_cap_still_gives_a_bound():
+    cell = {"chapter": "s", "scale": "full", "status": "stopped", "n_seeds_full": 10, "at_least_seconds": 900,
+            "points": [{"params": {"n_seeds": 1}, "status": "ok", "seconds": 600.0},
+                       {"params": {"n_seeds": 2}, "status": "stopped", "at_least_seconds": 900.0}]}
+    bench.stopped_bound(cell, 1)
+    assert cell["at_least_seconds"] == 900 + 8 * 300  # slope more than 300 s a seed
+    md = bench.cost_markdown({"cells": [dict(cell, date="d", cpu="x", cores=2, load_before=1.0)]})
+    assert "more than 55 min (est. bound)" in md
 
 
 def test_estimate_needs_the_full_scale(toy_book, capsys):
