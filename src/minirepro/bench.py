@@ -196,7 +196,8 @@ def estimate_full(chapter: str, n1: int, n_full: int, root: Path | None = None,
     time (and the CPU time) of ``n_full`` seeds is read off the line through the two points
     (:func:`line_through`); the peak memory is the larger measured one (seeds run one after
     another, so it does not grow with them). If either run fails or is stopped at ``cap``,
-    the cell says so and carries no estimate.
+    the cell says so and carries no estimate; a stopped second run still gives a lower
+    bound (:func:`stopped_bound`).
     """
     points = []
     for n in (n1, n1 + 1):
