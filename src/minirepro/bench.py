@@ -315,17 +315,16 @@ def _cell_text(cell: dict[str, Any]) -> str:
         busy = [pt for pt in cell.get("points", []) if contended(dict(pt, cores=cell.get("cores")))]
         if busy and cell.get("estimate_cpu_seconds") is not None:  # as for measured cells: CPU time too
             load = max(pt["load_before"] for pt in busy)
-            return (f"≈ {_duration(cell['estimate_seconds'])} (est.; CPU "
+            return (f"≈ {_duration(cell['estimate_seconds'])} est. (CPU "
                     f"{_duration(cell['estimate_cpu_seconds'])}, load {load:.0f})")
-        return f"≈ {_duration(cell['estimate_seconds'])} (est.)"
+        return f"≈ {_duration(cell['estimate_seconds'])} est."
     if cell.get("status") == "stopped":
         if cell.get("bound"):  # one run finished, the next hit the cap: a bound through both
-            return f"more than {_duration(cell['at_least_seconds'])} (est. bound)"
+            return f"> {_duration(cell['at_least_seconds'])} (bound)"
         if cell.get("points"):  # an estimate's first fraction hit the cap: the whole takes longer
             n = cell["points"][-1]["params"]["n_seeds"]
-            return (f"more than {_duration(cell['at_least_seconds'])} (stopped at "
-                    f"{n} of {cell['n_seeds_full']} seeds)")
-        return f"more than {_duration(cell['at_least_seconds'])} (stopped)"
+            return f"> {_duration(cell['at_least_seconds'])} at {n} of {cell['n_seeds_full']} seeds"
+        return f"> {_duration(cell['at_least_seconds'])} (stopped)"
     if cell.get("status") == "failed":
         return "failed"
     text = _duration(cell["seconds"]) if cell["scale"] == "full" else f"{cell['seconds']:.0f} s"
@@ -343,7 +342,7 @@ def cost_markdown(record: dict[str, Any]) -> str:
     if not cells:
         return "No chapter has been measured yet: run `minirepro bench`.\n"
     scales = [s for s in ("smoke", "book", "full") if any(c["scale"] == s for c in cells)]
-    head = "| chapter | " + " | ".join(f"{s}: time | {s}: peak memory" for s in scales) + " |"
+    head = "| chapter | " + " | ".join(f"{s}: time | {s}: peak" for s in scales) + " |"
     lines = [head, "|---|" + "---:|---:|" * len(scales)]
     for name in sorted({c["chapter"] for c in cells}):
         row = [name]
@@ -364,11 +363,12 @@ def cost_markdown(record: dict[str, Any]) -> str:
               f"started (with other work on the machine, times are inflated; a time followed by "
               f"(CPU C s, load L) was measured with more runnable processes than cores, and C, the "
               f"CPU time of the run's processes, is the better estimate of its quiet-machine cost). "
-              f"Time: the run's execution; peak memory: the kernel and its children. **over**: "
+              f"Time: the run's execution; peak: the peak resident memory of the kernel and its children. **over**: "
               f"more than the scale's budget on a quiet machine ({budgets}), judged by the CPU "
               f"time when the machine was loaded. `full` is timed only on request "
               f"(`minirepro bench --scales full --cap SECONDS`); a run stopped at the cap shows "
-              f"\"more than\" that many seconds."]
+              f"\">\" that time (\"at n of N seeds\": the run with only n of the preset's N "
+              f"seeds was stopped, so the whole takes longer still)."]
     est = sorted((c for c in cells if c.get("status") == "estimated"), key=lambda c: c["chapter"])
     if est:
         pts = "; ".join(f"{c['chapter']} "
@@ -382,7 +382,7 @@ def cost_markdown(record: dict[str, Any]) -> str:
                   f"Measured: {pts} seeds."]
     bounds = sorted((c for c in cells if c.get("bound")), key=lambda c: c["chapter"])
     if bounds:
-        lines += ["", "**est. bound**: the first shorter run finished and the second (one more seed) was "
+        lines += ["", "**(bound)**: the first shorter run finished and the second (one more seed) was "
                   "stopped at the cap, so each seed costs more than their difference and the full preset "
                   "more than the straight line through them: "
                   + "; ".join(f"{c['chapter']} {c['bound']} of {c['n_seeds_full']} seeds" for c in bounds) + "."]

@@ -40,8 +40,8 @@ def test_bench_measures_time_and_the_kernels_memory(toy_book, tmp_path):
     assert {(c["chapter"], c["scale"]) for c in cells} == {("toy", "smoke"), ("big", "smoke"), ("toy", "full")}
     full = next(c for c in cells if c["scale"] == "full")
     assert full["status"] == "stopped" and full["seconds"] is None
-    assert "more than 0 s (stopped)" in out.with_suffix(".md").read_text() or \
-        "more than 1 s (stopped)" in out.with_suffix(".md").read_text()
+    assert "> 0 s (stopped)" in out.with_suffix(".md").read_text() or \
+        "> 1 s (stopped)" in out.with_suffix(".md").read_text()
 
 
 def test_over_budget_cells_are_marked():
@@ -102,21 +102,21 @@ def test_full_is_estimated_from_two_measured_fractions(toy_book, tmp_path):
                  points=[dict(p, load_before=0.5) for p in cell["points"]])
     md = bench.cost_markdown({"cells": [quiet], "budgets": bench.BUDGETS})
     row = next(line for line in md.splitlines() if line.startswith("| seeded |"))
-    assert f"≈ {cell['estimate_seconds']:.0f} s (est.)" in row
+    assert f"≈ {cell['estimate_seconds']:.0f} s est." in row
     assert "**est.**" in md and "at 1 and" in md and "of 6 seeds" in md
 
     busy = dict(cell, date="d", cpu="x", cores=2, estimate_cpu_seconds=150.0,
                 points=[dict(p1, load_before=3.2), p2])  # one run measured under load
     row = next(line for line in bench.cost_markdown({"cells": [busy]}).splitlines()
                if line.startswith("| seeded |"))
-    assert "(est.; CPU 2 min, load 3)" in row
+    assert "est. (CPU 2 min, load 3)" in row
 
     # a fraction that fails leaves no estimate, and says so
     bad = bench.estimate_full("seeded", 1, 6, root=toy_book, cap=0.5)
     assert bad["status"] == "stopped" and "estimate_seconds" not in bad and len(bad["points"]) == 1
     row = next(line for line in bench.cost_markdown({"cells": [dict(bad, date="d", cpu="x", cores=2)]})
                .splitlines() if line.startswith("| seeded |"))
-    assert "more than 0 s (stopped at 1 of 6 seeds)" in row or "more than 1 s (stopped at 1 of 6 seeds)" in row
+    assert "> 0 s at 1 of 6 seeds" in row or "> 1 s at 1 of 6 seeds" in row
 
 
 def test_a_second_run_stopped_at_the_cap_still_gives_a_bound():
@@ -126,7 +126,7 @@ def test_a_second_run_stopped_at_the_cap_still_gives_a_bound():
     bench.stopped_bound(cell, 1)
     assert cell["at_least_seconds"] == 900 + 8 * 300  # slope more than 300 s a seed
     md = bench.cost_markdown({"cells": [dict(cell, date="d", cpu="x", cores=2, load_before=1.0)]})
-    assert "more than 55 min (est. bound)" in md
+    assert "> 55 min (bound)" in md and "**(bound)**" in md
 
 
 def test_estimate_needs_the_full_scale(toy_book, capsys):
