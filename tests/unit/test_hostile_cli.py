@@ -285,12 +285,14 @@ def processes_of(root: Path) -> list[psutil.Process]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_stops_the_kernel_and_its_children_and_marks_the_run_failed(book, sig):
     env = {**os.environ, "MINIREPRO_ROOT": str(book)}
-    # the default disposition, even when the suite itself runs under nohup (which ignores SIGHUP,
-    # and an ignored SIGHUP is meant to stay ignored: see runner.stop_signals_raise)
+    # the default dispositions, even when the suite itself runs with a signal ignored (nohup
+    # ignores SIGHUP, a shell's background job SIGINT; an ignored signal is meant to stay
+    # ignored: see runner.stop_signals_raise)
     proc = subprocess.Popen([sys.executable, "-m", "minirepro.cli", "run", "sleepy", "--scale",
                              "smoke", "-p", "nap", "600", "--quiet"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+                            preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in
+                                                (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)])
     try:
         deadline = time.monotonic() + 240
         while not list((book / "runs" / "sleepy").glob(".incomplete-*/kernel.pids")):
