@@ -11,7 +11,10 @@ Python: papermill, then a fresh kernel). Recorded per cell:
   after papermill and the kernel were reaped (the largest single process, so a
   peak shorter than the polling interval is still caught);
 - ``cpu_seconds``: CPU time (user + system) of the child and everything it started
-  (papermill, the kernel, the kernel's workers), from ``getrusage``. The chapters run
+  (papermill, the kernel, the kernel's workers), from ``getrusage``. The child is a
+  subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): workers that outlive the kernel (joblib's
+  pool) are re-parented to it rather than to init, and it waits for them (up to
+  ``REAP_SECONDS``, then stops them) before reading ``getrusage``, so their CPU time counts. The chapters run
   torch on one thread, so on a quiet machine CPU time is close to the wall time; on a
   loaded machine it is the better estimate of the quiet-machine cost, and a cell
   measured under load (load average above the core count) is judged by it;
@@ -49,18 +52,47 @@ from minirepro.chapters import discover, get, repo_root
 BUDGETS = {"smoke": 20.0, "book": 120.0}  # seconds on a quiet machine (the chapter contract)
 POLL = 0.1  # seconds between two memory samples
 
+REAP_SECONDS = 30.0  # how long the child waits for orphaned descendants before stopping them
+
 _CHILD = r"""
-import json, resource, sys
+import ctypes, json, os, resource, signal, sys, time
 from pathlib import Path
 from minirepro.runner import RunFailed, run_chapter
-chapter, scale, runs, params = sys.argv[1:5]
-out = {"ok": True}
+chapter, scale, runs, params, reap_seconds = sys.argv[1:6]
+# Adopt orphans: a kernel's worker processes (joblib's loky pool) outlive the kernel by
+# a moment and would be re-parented to init, so their CPU time would never reach this
+# process's RUSAGE_CHILDREN. As a subreaper this process inherits them and waits for them.
+try:
+    subreaper = ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+except (OSError, AttributeError):
+    subreaper = False
+out = {"ok": True, "subreaper": subreaper}
 try:
     run = run_chapter(chapter, json.loads(params), scale=scale, runs_dir=Path(runs), quiet_bars=True)
     out["seconds"] = run.results["seconds"]
     out["folder"] = str(run.folder)
 except RunFailed as exc:
     out.update(ok=False, error=str(exc))
+reaped, stopped, deadline = 0, 0, time.monotonic() + float(reap_seconds)
+while True:  # wait for every adopted descendant; stop those still running at the deadline
+    try:
+        pid, _ = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        break
+    if pid:
+        reaped += 1
+    elif time.monotonic() > deadline:
+        import psutil
+        for p in psutil.Process().children():
+            try:
+                p.send_signal(signal.SIGKILL)
+                stopped += 1
+            except psutil.NoSuchProcess:
+                pass
+        deadline = float("inf")
+    else:
+        time.sleep(0.05)
+out["descendants_reaped"], out["descendants_stopped"] = reaped, stopped
 kids, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
 out["children_maxrss_kb"] = kids.ru_maxrss
 out["cpu_seconds"] = kids.ru_utime + kids.ru_stime + me.ru_utime + me.ru_stime
@@ -120,7 +152,7 @@ def measure(chapter: str, scale: str, root: Path | None = None, cap: float | Non
         env = dict(os.environ, MINIREPRO_ROOT=str(root), TQDM_DISABLE="1")
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-c", _CHILD, ch.name, scale, runs,
-                                 json.dumps(params or {})], env=env,
+                                 json.dumps(params or {}), str(REAP_SECONDS)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         ps = psutil.Process(proc.pid)
         peak, kernel_seen, stopped = 0, False, False
@@ -154,6 +186,7 @@ def measure(chapter: str, scale: str, root: Path | None = None, cap: float | Non
                 cpu_seconds=round(cpu, 1) if cpu is not None else None,
                 peak_rss_mb=round(max(peak, maxrss) / 2**20, 0),
                 polled_kernel_rss_mb=round(peak / 2**20, 0), maxrss_mb=round(maxrss / 2**20, 0))
+    cell.update({k: res[k] for k in ("descendants_reaped", "descendants_stopped") if k in res})
     if not res["ok"]:
         cell["error"] = res.get("error", "")[-300:]
     cell["over"] = is_over(cell)

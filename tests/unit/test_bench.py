@@ -44,6 +44,49 @@ def test_bench_measures_time_and_the_kernels_memory(toy_book, tmp_path):
         "> 1 s (stopped)" in out.with_suffix(".md").read_text()
 
 
+_ORPHAN = (
+    "import subprocess, sys\n"
+    "subprocess.Popen([sys.executable, '-c', 'import os, time\\n'\n"
+    "                  'if os.fork() == 0:\\n'\n"
+    "                  '    os.setsid()\\n'\n"
+    "                  '    t = time.process_time()\\n'\n"
+    "                  '    while time.process_time() - t < 3.0: pass\\n'\n"
+    "                  'os._exit(0)'])\n"
+    "rng = set_seed(seed)"
+)
+
+
+def test_cpu_time_of_workers_that_outlive_the_kernel_is_counted(toy_book):
+    """A worker orphaned by the kernel (as joblib's pool is) still counts: the child adopts it.
+
+    The toy's grandchild leaves the kernel's session (so the kernel's shutdown, which
+    signals its process group, does not stop it), loses its parent at once, and burns
+    3 s of CPU while the run ends without it.
+    """
+    src = (toy_book / "notebooks" / "01-toy" / "toy.md").read_text()
+    (toy_book / "notebooks" / "02-orphan").mkdir()
+    (toy_book / "notebooks" / "02-orphan" / "orphan.md").write_text(
+        src.replace("rng = set_seed(seed)", _ORPHAN))
+    base = bench.measure("toy", "smoke", root=toy_book)
+    cell = bench.measure("orphan", "smoke", root=toy_book)
+    assert base["status"] == cell["status"] == "ok"
+    # the grandchild burns 3 s of CPU after its parent has exited; re-parented to init, it
+    # would be missing here (and the run itself ends long before it does)
+    assert cell["descendants_reaped"] >= 1 and cell["descendants_stopped"] == 0
+    assert cell["cpu_seconds"] >= base["cpu_seconds"] + 2.5
+
+
+def test_a_descendant_still_running_after_the_grace_period_is_stopped(toy_book, monkeypatch):
+    src = (toy_book / "notebooks" / "01-toy" / "toy.md").read_text()
+    (toy_book / "notebooks" / "02-orphan").mkdir()
+    (toy_book / "notebooks" / "02-orphan" / "orphan.md").write_text(
+        src.replace("rng = set_seed(seed)", _ORPHAN.replace("3.0", "600.0")))
+    monkeypatch.setattr(bench, "REAP_SECONDS", 1.0)
+    cell = bench.measure("orphan", "smoke", root=toy_book)
+    assert cell["status"] == "ok" and cell["descendants_stopped"] == 1
+    assert cell["wall_seconds"] < 60
+
+
 def test_over_budget_cells_are_marked():
     cell = {"chapter": "c", "scale": "book", "seconds": 130.0, "over": True, "peak_rss_mb": 100,
             "status": "ok", "date": "d", "cpu": "x", "cores": 2, "load_before": 1.0}
