@@ -12,10 +12,11 @@ Python: papermill, then a fresh kernel). Recorded per cell:
   peak shorter than the polling interval is still caught);
 - ``cpu_seconds``: CPU time (user + system) of the child and everything it started
   (papermill, the kernel, the kernel's workers), from ``getrusage``. The child is a
-  subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): workers that outlive the kernel (joblib's
-  pool) are re-parented to it rather than to init, and it waits for them (up to
-  ``REAP_SECONDS``, then stops them) before reading ``getrusage``, so their CPU time counts. The chapters run
-  torch on one thread, so on a quiet machine CPU time is close to the wall time; on a
+  subreaper (Linux ``PR_SET_CHILD_SUBREAPER``; ``subreaper`` in the record says whether
+  it could be): workers that outlive the kernel (joblib's pool) are re-parented to it
+  rather than to init, and it waits for them (up to ``REAP_SECONDS``, then stops them)
+  before reading ``getrusage``, so their CPU time counts. The chapters run torch on one
+  thread, so on a quiet machine CPU time is close to the wall time; on a
   loaded machine it is the better estimate of the quiet-machine cost, and a cell
   measured under load (load average above the core count) is judged by it;
 - the machine's load average before and after, the date and the CPU model.
@@ -186,7 +187,7 @@ def measure(chapter: str, scale: str, root: Path | None = None, cap: float | Non
                 cpu_seconds=round(cpu, 1) if cpu is not None else None,
                 peak_rss_mb=round(max(peak, maxrss) / 2**20, 0),
                 polled_kernel_rss_mb=round(peak / 2**20, 0), maxrss_mb=round(maxrss / 2**20, 0))
-    cell.update({k: res[k] for k in ("descendants_reaped", "descendants_stopped") if k in res})
+    cell.update({k: res[k] for k in ("subreaper", "descendants_reaped", "descendants_stopped") if k in res})
     if not res["ok"]:
         cell["error"] = res.get("error", "")[-300:]
     cell["over"] = is_over(cell)
