@@ -3,7 +3,7 @@
 The package behind the book. ``minirepro.core`` holds what two or more chapters
 share (seeding, progress bars, plotting style, timing, scales, datasets, the tiny
 language-model substrate); ``minirepro.papers`` holds one module or subpackage per
-paper; ``minirepro.results`` records metrics and claim verdicts; ``minirepro.cli``
+paper; ``minirepro.claims.results`` records metrics and claim verdicts; ``minirepro.cli``
 is the ``minirepro`` command.
 """
 

@@ -58,7 +58,7 @@ REAP_SECONDS = 30.0  # how long the child waits for orphaned descendants before 
 _CHILD = r"""
 import ctypes, json, os, resource, signal, sys, time
 from pathlib import Path
-from minirepro.runner import RunFailed, run_chapter
+from minirepro.run import RunFailed, run_chapter
 chapter, scale, runs, params, reap_seconds = sys.argv[1:6]
 # Adopt orphans: a kernel's worker processes (joblib's loky pool) outlive the kernel by
 # a moment and would be re-parented to init, so their CPU time would never reach this

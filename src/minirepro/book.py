@@ -14,7 +14,16 @@ timeout and environment), so that Sphinx then finds every notebook in the cache
 ("Using cached notebook") and executes none itself. The chapters
 (``notebooks/``) run first; the front-matter pages that execute code
 (``book/ledger.md``, ``book/papers.md``, ...) run after them. Thread counts are
-not touched: a chapter runs with the same environment as in a serial build.
+not touched: a chapter runs with the same environment as in a serial build. Each
+notebook runs in a fresh worker process, whose finished children (the kernel and what
+it started) give the notebook's peak resident memory (``peak_mb``, kept in
+``execution.json`` and in the cache record, so a cached notebook keeps its figure).
+
+The build tells the book's Sphinx extension (``book/_ext/minirepro_pages.py``) its
+scale, its results folder and its execution record (``minirepro_scale``,
+``minirepro_results_dir``, ``minirepro_execution``): a build below book scale shows a
+banner on every page, and the execution-status page (``book/status.md``) lists each
+chapter's scale, time, peak memory, pass or fail and verdict counts.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -32,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from minirepro.chapters import repo_root
+from minirepro.chapters import repo_root, toc_files
 from minirepro.core.scale import resolve_scale
 
 CELL_TIMEOUT = 300  # seconds a cell may take in the book build
@@ -57,20 +67,6 @@ def default_jobs(n_notebooks: int) -> int:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     return max(1, min(cores, n_notebooks))
-
-
-def _toc_files(node: Any) -> list[str]:
-    out: list[str] = []
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if k in ("file", "root") and isinstance(v, str):
-                out.append(v)
-            else:
-                out += _toc_files(v)
-    elif isinstance(node, list):
-        for v in node:
-            out += _toc_files(v)
-    return out
 
 
 def _md_config(root: Path):
@@ -99,7 +95,7 @@ def executable_notebooks(root: Path) -> tuple[list[Path], list[Path]]:
 
     toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8")) or {}
     chapters, front = [], []
-    for name in dict.fromkeys(_toc_files(toc)):
+    for name in dict.fromkeys(toc_files(toc)):
         path = root / name if name.endswith(".md") else root / f"{name}.md"
         if not path.is_file():
             continue
@@ -119,6 +115,7 @@ def _execute_one(path: str, env: dict[str, str], timeout: int, exts: list[str]) 
     os.environ.clear()
     os.environ.update(env)
     started = time.time()
+    peak0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     nb = read_notebook(Path(path), MdParserConfig(enable_extensions=set(exts)))
     from minirepro.kernels import SHUTDOWN, AsyncIPCKernelManager
 
@@ -129,10 +126,21 @@ def _execute_one(path: str, env: dict[str, str], timeout: int, exts: list[str]) 
                                      shutdown_kernel=SHUTDOWN)
     except Exception:  # noqa: BLE001 - a kernel that would not start: report, don't crash the pool
         return {"path": path, "seconds": round(time.time() - started, 2), "started": started,
-                "ended": time.time(), "error": traceback.format_exc(), "notebook": None}
+                "ended": time.time(), "error": traceback.format_exc(), "notebook": None,
+                "peak_mb": None}
     return {"path": path, "seconds": result.time, "started": started, "ended": time.time(),
             "error": result.exc_string if result.err is not None else None,
-            "notebook": None if result.err is not None else nbformat.writes(nb)}
+            "notebook": None if result.err is not None else nbformat.writes(nb),
+            "peak_mb": _peak_mb(peak0)}
+
+
+def _peak_mb(before_kb: int) -> float | None:
+    """The peak resident memory (MB) of this process's largest finished child (the kernel),
+    if it ran in this process alone (``ru_maxrss`` of children is a maximum, not a sum)."""
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
+    if peak <= 0 or peak < before_kb:
+        return None
+    return round(peak / 1024, 1)
 
 
 def preexecute(root: Path, cache_path: Path, env: dict[str, str], jobs: int,
@@ -182,10 +190,14 @@ def _not_cached(phase: list[Path], rerun: bool, cache: Any, md_config: Any, root
             todo.append(path)
             continue
         try:
-            cache.match_cache_notebook(read_notebook(path, md_config))
-            record["notebooks"][str(path.relative_to(root))] = {"status": "cached"}
+            hit = cache.match_cache_notebook(read_notebook(path, md_config))
         except KeyError:
             todo.append(path)
+            continue
+        data = hit.data or {}
+        record["notebooks"][str(path.relative_to(root))] = {
+            "status": "cached", "seconds": data.get("execution_seconds"),
+            "peak_mb": data.get("peak_mb"), "executed_at": hit.created.isoformat(timespec="seconds")}
     return todo
 
 
@@ -197,7 +209,9 @@ def _execute_phase(todo: list[Path], root: Path, cache: Any, env: dict[str, str]
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
+    # a fresh worker per notebook: its children's peak memory is that notebook's alone
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx,
+                             max_tasks_per_child=1) as pool:
         futures = [pool.submit(_execute_one, str(p), env, timeout, exts) for p in todo]
         for fut in futures:
             res = fut.result()
@@ -211,7 +225,7 @@ def _executed_entry(res: dict[str, Any], rel: str, cache: Any, report_dir: Path 
     import nbformat
     from jupyter_cache.base import CacheBundleIn
 
-    entry = {k: res[k] for k in ("seconds", "started", "ended")}
+    entry = {k: res[k] for k in ("seconds", "started", "ended", "peak_mb")}
     if res["error"] is not None:
         entry["status"] = "failed"
         failed.append(rel)
@@ -224,7 +238,8 @@ def _executed_entry(res: dict[str, Any], rel: str, cache: Any, report_dir: Path 
     else:
         nb = nbformat.reads(res["notebook"], as_version=4)
         cache.cache_notebook_bundle(
-            CacheBundleIn(nb, res["path"], data={"execution_seconds": res["seconds"]}),
+            CacheBundleIn(nb, res["path"], data={"execution_seconds": res["seconds"],
+                                                 "peak_mb": res["peak_mb"]}),
             check_validity=False, overwrite=True)
         entry["status"] = "executed"
         print(f"minirepro book: executed {rel} in {res['seconds']:.1f} s", flush=True)
@@ -268,13 +283,16 @@ def build(scale: str | None = None, root: Path | None = None, strict: bool = Tru
     parallel execution in ``_build/<scale>/execution.json``.
 
     Raises:
+        ValueError: a page of the table of contents has two sources (``caffnet.md`` and a
+            stray ``caffnet.ipynb``); nothing is built.
         RuntimeError: the build failed (a notebook raised, a warning under ``strict``).
     """
     root = (root or repo_root()).resolve()
     scale = resolve_scale(scale)
+    check_sources(root)
     out = root / "_build" / scale
     cache = _current_cache(root, scale)
-    derived = _derived_config(root, out, cache, timeout)
+    derived = _derived_config(root, out, cache, timeout, scale)
     cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(root),
            "--config", str(derived), "--path-output", str(out), "--keep-going"]
     if strict:
@@ -291,6 +309,33 @@ def build(scale: str | None = None, root: Path | None = None, strict: bool = Tru
     return _built_index(out, returncode)
 
 
+SOURCE_SUFFIXES = (".md", ".ipynb", ".myst", ".rst")
+
+
+def check_sources(root: Path) -> None:
+    """Each page of ``_toc.yml`` has exactly one source file.
+
+    A ``notebooks/07-caffnet/caffnet.ipynb`` beside ``caffnet.md`` (``jupytext --to
+    ipynb`` without ``-o`` writes one there) is a second source for the same page: Sphinx
+    then warns, and under ``-W`` fails, after minutes of execution. Refused at once.
+
+    Raises:
+        ValueError: one line naming the stray file.
+    """
+    toc = root / "_toc.yml"
+    if not toc.is_file():
+        return
+    for name in dict.fromkeys(toc_files(yaml.safe_load(toc.read_text(encoding="utf-8")) or {})):
+        stem = root / (name[: -len(Path(name).suffix)] if Path(name).suffix in SOURCE_SUFFIXES else name)
+        found = [stem.with_name(stem.name + sfx) for sfx in SOURCE_SUFFIXES
+                 if stem.with_name(stem.name + sfx).is_file()]
+        if len(found) > 1:  # found[0] is the .md when there is one (SOURCE_SUFFIXES' order)
+            stray = found[1]
+            raise ValueError(f"{stray.relative_to(root)} beside {found[0].name}: two sources for one "
+                             f"page; delete {stray.name} (convert a chapter into a folder of your "
+                             "own: README.md, 'Plain papermill works too')")
+
+
 def _current_cache(root: Path, scale: str) -> Path:
     """The execution cache of this scale and these inputs; the scale's older caches are removed."""
     cache_root = root / "_build" / ".jupyter_cache"
@@ -303,8 +348,10 @@ def _current_cache(root: Path, scale: str) -> Path:
     return cache
 
 
-def _derived_config(root: Path, out: Path, cache: Path, timeout: int) -> Path:
-    """Write ``_config.yml`` with this build's repository, cache and timeout to ``out``; its path."""
+def _derived_config(root: Path, out: Path, cache: Path, timeout: int, scale: str = "book") -> Path:
+    """Write ``_config.yml`` with this build's repository, cache, timeout and scale to ``out``;
+    its path. The scale, results folder and execution record go to the book's Sphinx
+    extension as ``minirepro_scale``, ``minirepro_results_dir`` and ``minirepro_execution``."""
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     apply_repository(config, os.environ.get("MINIREPRO_REPO_URL"))
     local = (config.get("sphinx") or {}).get("local_extensions") or {}
@@ -313,6 +360,13 @@ def _derived_config(root: Path, out: Path, cache: Path, timeout: int) -> Path:
     config.setdefault("execute", {})
     config["execute"].update({"execute_notebooks": "cache", "cache": str(cache),
                               "timeout": timeout, "allow_errors": False})
+    if "minirepro_pages" in local:  # the extension that declares these values (else: a warning)
+        sphinx = config.setdefault("sphinx", {}) or {}
+        config["sphinx"] = sphinx
+        sphinx_config = sphinx.setdefault("config", {}) or {}
+        sphinx["config"] = sphinx_config
+        sphinx_config.update({"minirepro_scale": scale, "minirepro_results_dir": str(out / "results"),
+                              "minirepro_execution": str(out / "execution.json")})
     out.mkdir(parents=True, exist_ok=True)
     derived = out / "_config.derived.yml"
     derived.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -328,7 +382,7 @@ def _build_env(root: Path, out: Path, scale: str, cache: Path) -> dict[str, str]
                PYTHONHASHSEED="0", MINIREPRO_ROOT=str(root))
     env.pop("MINIREPRO_RESULTS", None)
     # Each chapter's kernel writes its results record to _build/<scale>/results/<slug>.json
-    # (minirepro.results); the ledger page of this build reads them. A new cache (the code
+    # (minirepro.claims.results); the ledger page of this build reads them. A new cache (the code
     # changed) re-executes every chapter, so the records of the old one go.
     results_dir = out / "results"
     if not cache.exists():

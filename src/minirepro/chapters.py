@@ -39,6 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from minirepro.core.paths import repo_root
 from minirepro.core.scale import SCALES
 
 
@@ -46,7 +47,8 @@ class ChapterError(ValueError):
     """An unknown chapter, an unknown parameter or a value of the wrong type."""
 
 
-SEED_RANGE = (0, 2**32 - 1)  # what numpy's and torch's seeding accept
+from minirepro.core.seed import SEED_RANGE  # noqa: E402 - the one seed range (core.seed.check_seed)
+
 PATH_SUFFIXES = ("_csv", "_path", "_dir", "_file")
 SHOW_CHARS = 40  # at most this many characters of a bad value are echoed
 
@@ -105,17 +107,31 @@ class Parameter:
         return lo, hi
 
     def range_text(self, lo: float | None = None, hi: float | None = None) -> str:
-        """The allowed range as written in the comment, e.g. ``(0, 1]`` or ``[1, inf]``."""
+        """The allowed range, e.g. ``(0, 1]`` or ``[1, inf)``: an infinite end is always open,
+        since a value must be finite (a comment's ``[1, inf]`` means "no upper bound")."""
         lo = (self.lo if self.lo is not None else -math.inf) if lo is None else lo
         hi = (self.hi if self.hi is not None else math.inf) if hi is None else hi
-        return (f"{'(' if self.lo_open else '['}{_fmt_bound(lo)}, "
-                f"{_fmt_bound(hi)}{')' if self.hi_open else ']'}")
+        left = "(" if self.lo_open or lo == -math.inf else "["
+        right = ")" if self.hi_open or hi == math.inf else "]"
+        return f"{left}{_fmt_bound(lo)}, {_fmt_bound(hi)}{right}"
+
+    @property
+    def help(self) -> str:
+        """The comment without its trailing ``[lo, hi]`` and ``{a, b}`` markers, which
+        :meth:`describe` already shows (as they are enforced)."""
+        text = re.sub(r"\s*\{[^{}]*\}\s*$", "", self.comment) if self.choices else self.comment
+        if self.type in ("int", "float", "list[int]", "list[float]"):  # elsewhere it is just text
+            text = _RANGE_TAIL.sub("", text)
+        return text.strip()
 
     def describe(self) -> str:
+        """``name (type one of {...} in [lo, hi]) = default``: the range enforced, implicit
+        ones (seeds, counts) included."""
         kind = self.type + (" | None" if self.optional else "")
         extra = f" one of {{{', '.join(self.choices)}}}" if self.choices else ""
-        if self.lo is not None or self.hi is not None:
-            extra += f" in {self.range_text()}"
+        bounds = self.bounds()
+        if bounds is not None and self.type in ("int", "float", "list[int]", "list[float]"):
+            extra += f" in {self.range_text(*bounds)}"
         return f"{self.name} ({kind}{extra}) = {self.default!r}"
 
     def coerce(self, value: Any) -> Any:
@@ -280,24 +296,6 @@ class Chapter:
         return out
 
 
-def repo_root() -> Path:
-    """The book's root folder: ``MINIREPRO_ROOT``, else the nearest parent of the
-    working directory holding ``_toc.yml`` and ``notebooks/``, else the checkout
-    this package was installed from."""
-    env = os.environ.get("MINIREPRO_ROOT")
-    if env:
-        return Path(env).resolve()
-    here = Path.cwd().resolve()
-    for cand in (here, *here.parents):
-        if (cand / "_toc.yml").is_file() and (cand / "notebooks").is_dir():
-            return cand
-    pkg = Path(__file__).resolve().parents[2]
-    if (pkg / "notebooks").is_dir():
-        return pkg
-    raise ChapterError("cannot find the book (no _toc.yml and notebooks/ here or above); "
-                       "run inside the checkout or set MINIREPRO_ROOT")
-
-
 def _type_of(value: Any) -> str:
     if isinstance(value, bool):
         return "bool"
@@ -389,6 +387,7 @@ def parse_parameters(source: str, where: str = "parameters cell") -> dict[str, P
 
 _NUM = r"-?inf|[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _RANGE = re.compile(rf"([\[(])\s*({_NUM})\s*,\s*({_NUM})\s*([\])])\s*(?:\{{[^{{}}]*\}}\s*)?$")
+_RANGE_TAIL = re.compile(rf"\s*[\[(]\s*(?:{_NUM})\s*,\s*(?:{_NUM})\s*[\])]\s*$")
 
 
 def _bound(text: str) -> float:
@@ -452,3 +451,131 @@ def get(name: str, root: Path | None = None) -> Chapter:
             return ch
     names = ", ".join(ch.name for ch in chapters) or "(none)"
     raise ChapterError(f"unknown chapter {name!r}; chapters: {names}")
+
+
+MAX_THREADS = 1024
+
+
+def check_threads(threads: int | None) -> None:
+    """``threads`` is ``None`` or an int in [1, MAX_THREADS]."""
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise ChapterError(f"--threads must be an int in [1, {MAX_THREADS}]; got {show(threads)}")
+
+
+RUNS_RULE = ("runs/ in the current folder (at the book's root that is the book's runs/; "
+             "from a lab's folder, the runs/ beside its notebook, where its grader looks)")
+
+
+def default_runs_dir() -> Path:
+    """Where run folders go when no ``--runs-dir`` is given: ``runs/`` in the current folder.
+
+    The rule is the working directory, never the book's checkout: a student who runs
+    ``minirepro run`` in a terminal in a lab's folder gets ``runs/`` beside the lab's
+    notebook (where ``lab_checks.latest_run`` and the grader look), also on a JupyterHub
+    whose install of the book is read-only; at the book's root it is the book's ``runs/``.
+    """
+    return Path.cwd() / "runs"
+
+
+def check_runs_dir(path: Path) -> Path:
+    """Check, writing nothing, that the runs folder ``path`` can be created and written to.
+
+    Returns it absolute. Raises :class:`ChapterError` (one line) if a part of it is a
+    file, or the nearest existing folder is not writable.
+    """
+    try:
+        path = Path(path).expanduser().absolute()
+        probe = path
+        while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+            probe = probe.parent
+        if not probe.is_dir():
+            raise ChapterError(f"runs folder {show(str(path), 80)} cannot be made: "
+                               f"{show(str(probe), 80)} is not a folder")
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise ChapterError(f"runs folder {show(str(path), 80)} is not writable "
+                               f"({show(str(probe), 80)} is read-only to this user)")
+    except OSError as exc:
+        raise ChapterError(f"runs folder {show(str(path), 80)} cannot be used: "
+                           f"{exc.strerror or type(exc).__name__}") from exc
+    return path
+
+
+def make_runs_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise ChapterError(f"runs folder {show(str(path), 80)} cannot be made or written: "
+                           f"{exc.strerror or type(exc).__name__}") from exc
+
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A run's inputs once checked: the chapter, the given parameters (converted), every
+    parameter's value (defaults filled in) and the chapter's runs folder (absolute)."""
+
+    chapter: Chapter
+    params: dict[str, Any]
+    full_params: dict[str, Any]
+    runs_dir: Path
+
+
+def check_run(name: str, params: dict[str, Any] | None = None, scale: str | None = None,
+              threads: int | None = None, runs_dir: Path | None = None,
+              root: Path | None = None) -> RunRequest:
+    """The one validation of a run, before anything is written: the chapter, every
+    parameter (names, types, ranges, paths), the scale, ``threads`` and the runs folder.
+
+    ``scale`` is shorthand for ``params["scale"]`` (giving both, different, is refused).
+    The runs folder defaults to ``runs/`` in the current folder (:func:`default_runs_dir`);
+    the chapter's run folders go in its ``<chapter name>/`` sub-folder.
+
+    Raises:
+        ChapterError: one line naming what is wrong and the valid choices.
+    """
+    root = (root or repo_root()).resolve()
+    chapter = get(name, root)
+    params = dict(params or {})
+    if scale is not None:
+        if "scale" in params and params["scale"] != scale:
+            raise ChapterError("give the scale once: --scale or -p scale, not both")
+        params["scale"] = scale
+    params = chapter.validate(params)
+    if "scale" in chapter.parameters:
+        params.setdefault("scale", os.environ.get("MINIREPRO_SCALE", "book"))
+        if params["scale"] not in SCALES:
+            raise ChapterError(f"unknown scale {show(params['scale'])}; expected one of {', '.join(SCALES)}")
+    check_threads(threads)
+    full_params = {k: p.default for k, p in chapter.parameters.items()}
+    full_params.update(params)
+    folder = check_runs_dir(runs_dir or default_runs_dir()).resolve() / chapter.name
+    return RunRequest(chapter, params, full_params, folder)
+
+
+def toc_files(node: Any) -> list[str]:
+    """The ``file`` and ``root`` entries of a parsed ``_toc.yml``, in order."""
+    out: list[str] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k in ("file", "root") and isinstance(v, str):
+                out.append(v)
+            else:
+                out += toc_files(v)
+    elif isinstance(node, list):
+        for v in node:
+            out += toc_files(v)
+    return out
+
+
+def toc_docs(root: Path | None = None) -> set[str]:
+    """The documents of the book's table of contents (paths without ``.md``)."""
+    import yaml
+
+    toc = (root or repo_root()) / "_toc.yml"
+    if not toc.is_file():
+        return set()
+    return {f.removesuffix(".md") for f in toc_files(yaml.safe_load(toc.read_text(encoding="utf-8")) or {})}

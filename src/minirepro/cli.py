@@ -40,6 +40,10 @@ def _parse_pairs(pairs: list[list[str]] | None, chapter_name: str, single: bool)
         if name not in chapter.parameters:
             raise ChapterError(f"chapter {chapter.name!r} has no parameter {show(name)}; "
                                f"its parameters: {', '.join(chapter.parameters)}")
+        if name in out:
+            raise ChapterError(f"-p {name} is given twice; give it once" +
+                               (" (a run takes one value)" if single else
+                                f", with all its values: -p {name} VALUE [VALUE ...]"))
         if not values:
             raise ChapterError(f"-p {name} needs a value")
         is_list = chapter.parameters[name].type.startswith("list[")
@@ -60,7 +64,7 @@ def _cmd_list(args) -> int:
         print(json.dumps([{"name": c.name, "folder": c.slug, "title": c.title,
                            "parameters": {k: {"type": p.type, "default": p.default,
                                               "optional": p.optional, "choices": p.choices,
-                                              "range": list(p.bounds()) if p.bounds() else None,
+                                              "range": _json_range(p),
                                               "path": p.is_path, "help": p.comment,
                                               **({"presets": presets[c.name][k]}
                                                  if k in presets.get(c.name, {}) else {})}
@@ -70,7 +74,7 @@ def _cmd_list(args) -> int:
     for c in chapters:
         print(f"{c.name}  ({c.slug})  {c.title}")
         for p in c.parameters.values():
-            print(f"    {p.describe():48s}  {p.comment}")
+            print(f"    {p.describe():48s}  {p.help}")
             if p.name in presets.get(c.name, {}):
                 at = presets[c.name][p.name]
                 print(f"    {'':48s}  presets: " + ", ".join(f"{k} {v!r}" for k, v in at.items()))
@@ -79,35 +83,52 @@ def _cmd_list(args) -> int:
     return 0
 
 
+def _json_range(p) -> list | None:
+    """A parameter's enforced range for ``list --json``: ``[lo, hi]``, ``null`` for no bound."""
+    import math
+
+    b = p.bounds()
+    if b is None or p.type not in ("int", "float", "list[int]", "list[float]"):
+        return None
+    return [None if math.isinf(x) else x for x in b]
+
+
 def _cmd_run(args) -> int:
-    from minirepro.runner import RunFailed, check_runs_dir, check_threads, run_chapter
+    from minirepro.run import RunFailed, run_chapter
+    from minirepro.run.progress import enabled
+    from minirepro.run.summary import headline_metric, verdict_counts
 
     params = _parse_pairs(args.p, args.chapter, single=True)
-    get(args.chapter).validate({**params, **({"scale": args.scale} if args.scale else {})})
-    check_threads(args.threads)
-    if args.runs_dir:
-        check_runs_dir(Path(args.runs_dir))
     try:
         run = run_chapter(args.chapter, params, scale=args.scale,
                           runs_dir=Path(args.runs_dir) if args.runs_dir else None,
-                          threads=args.threads, quiet_bars=args.quiet)
+                          threads=args.threads, quiet_bars=args.quiet,
+                          progress=not args.quiet and enabled())
     except RunFailed as exc:
         print(f"minirepro: {exc}", file=sys.stderr)
         return 1
     res = run.results
+    row = {"ok": True, "metrics": res["metrics"], "headline": res.get("headline"),
+           "verdicts": {c["id"]: c.get("verdict") for c in res["claims"]}}
+    metric, why = headline_metric([row])
     print(f"finished {res['chapter']} in {res['seconds']:.1f} s: {run.folder}")
-    metrics = list(res["metrics"].items())
-    for k, v in metrics[:12]:
-        print(f"  {k} = {v:.4g}" if isinstance(v, float) else f"  {k} = {v}")
-    if len(metrics) > 12:
-        print(f"  ... and {len(metrics) - 12} more metrics in {run.folder / 'results.json'}")
+    if metric is not None:
+        value = res["metrics"][metric]
+        print(f"  {metric} = {value:.4g}  ({why})")
+    print(f"  verdicts: {verdict_counts([row])}")
+    by_verdict: dict[str, list[str]] = {}
     for c in res["claims"]:
-        print(f"  claim {c['id']}: {c.get('verdict')}")
+        if c.get("verdict") != "reproduced":
+            by_verdict.setdefault(str(c.get("verdict") or "pending"), []).append(c["id"])
+    for verdict, ids in by_verdict.items():
+        print(f"  {verdict}: " + ", ".join(ids[:6]) + (f" and {len(ids) - 6} more" if len(ids) > 6 else ""))
+    print(f"  every metric and claim: {run.folder / 'results.json'}")
     return 0
 
 
 def _cmd_sweep(args) -> int:
-    from minirepro.runner import sweep
+    from minirepro.run import sweep
+    from minirepro.run.progress import enabled
 
     grid = _parse_pairs(args.p, args.chapter, single=False)
     if not grid:
@@ -115,11 +136,9 @@ def _cmd_sweep(args) -> int:
     # every value, -j, --timeout, --runs-dir and --metric are checked by sweep() before any run
     folder = sweep(args.chapter, grid, jobs=args.jobs, scale=args.scale, backend=args.backend,
                    runs_dir=Path(args.runs_dir) if args.runs_dir else None, metric=args.metric,
-                   scheduler=args.scheduler, timeout=args.timeout)
-    print((folder / "summary.md").read_text(), end="")
+                   scheduler=args.scheduler, timeout=args.timeout, progress=enabled())
+    print((folder / "summary.txt").read_text(encoding="utf-8"), end="")
     failed = sum(1 for r in json.loads((folder / "summary.json").read_text()) if not r["ok"])
-    print(f"sweep summary: {folder / 'summary.csv'}" +
-          (f" and {folder / 'sweep.png'}" if (folder / "sweep.png").exists() else ""))
     if failed:
         print(f"minirepro: {failed} run(s) failed; their partial notebooks are named in the table",
               file=sys.stderr)
@@ -128,35 +147,62 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_claims(args) -> int:
-    from minirepro import ledger
+    from minirepro.claims import ledger, plan
+    from minirepro.run import replicate
 
-    if args.robustness is not None:
-        names = args.only or [c.name for c in discover()]
-        for n in names:
-            get(n)
-        for n in names:
-            pol = ledger.robustness_policy(get(n).name)
-            if "fixed" in pol:
-                print(f"{n}: skipped, not re-seeded ({ledger.POLICY_FILE}): {pol['fixed']}")
-                continue
-            path = ledger.robustness(n, args.robustness, scale=args.scale or "book", jobs=args.jobs,
-                                     scheduler=args.scheduler)
-            print(f"robustness over {args.robustness} values of {pol['param']}: {path}")
-        return 0
+    names = args.only or args.update or [c.name for c in discover()]
+    for n in names:
+        get(n)  # every name checked before anything runs
+    ran = False
     if args.update is not None:
-        names = args.update or [c.name for c in discover()]
         for n in names:
-            get(n)
+            print(f"updated {replicate.update(n)}")
+        ran = True
+    if args.robustness is not None:
+        if args.robustness < 1:
+            return _fail(f"--robustness needs K >= 1, got {args.robustness}")
         for n in names:
-            path = ledger.update(n)
-            print(f"updated {path}")
+            pol = plan.policy(get(n).name)
+            if "fixed" in pol:
+                print(f"{n}: skipped, not re-seeded ({plan.POLICY_FILE}): {pol['fixed']}")
+                continue
+            path = replicate.replicate(n, args.robustness, scale=args.scale or "book", jobs=args.jobs,
+                                       scheduler=args.scheduler)
+            print(f"replications over {args.robustness} values of {pol['param']}: {path}")
+        ran = True
+    if args.pilot:
+        for n in names:
+            if "fixed" in plan.policy(get(n).name):
+                continue
+            print(f"pilot: {replicate.pilot(n)}")
+        ran = True
+    if args.trend:
+        for n in names:
+            if "trend" not in plan.policy(get(n).name):
+                continue
+            print(f"trend: {replicate.trend(n, jobs=args.jobs, scheduler=args.scheduler)}")
+        ran = True
+    if args.full:
+        for n in names:
+            print(f"full scale: {replicate.full(n)}")
+        ran = True
+    if args.pool:
+        for n in names:
+            path = replicate.repool(n)
+            print(f"pooled {path}" if path else f"{n}: no ledger entry to pool")
+        ran = True
+    if ran:
         return 0
-    print(ledger.markdown(fmt=args.format))
+    if args.all or args.format != "md" or not sys.stdout.isatty():
+        print(ledger.markdown(fmt=args.format))
+    else:
+        print(ledger.summary_text())
     return 0
 
 
 def _cmd_goldens(args) -> int:
-    from minirepro.runner import RunFailed, make_golden
+    from minirepro.goldens import make_golden
+    from minirepro.run import RunFailed
 
     names = args.chapters or [c.name for c in discover()]
     for n in names:
@@ -218,6 +264,9 @@ def _cmd_lab(args) -> int:
                             autograder=Path(args.autograder) if args.autograder else None,
                             jobs=args.jobs)
         print(labs.write_json_summary(grades) if args.json else labs.report(words[1], grades), end="")
+        if args.json:
+            for entry, why in getattr(grades, "skipped", []):
+                print(f"skipped {entry}: {why}", file=sys.stderr)
         out = Path(args.out) if args.out else labs.default_out() / "grades" / get(words[1]).name
         print(f"grades: {out / 'grades.csv'}, report: {out / 'report.md'}", file=sys.stderr)
         return 0 if all(not g.error for g in grades) else 1
@@ -323,12 +372,19 @@ def _add_run_commands(sub: argparse._SubParsersAction) -> None:
 
     for name, helptext in (("run", "run one chapter with parameters"),
                            ("sweep", "run a chapter over a grid of parameters")):
-        p = sub.add_parser(name, help=helptext)
+        p = sub.add_parser(name, help=helptext, description=helptext.capitalize() + ". " + (
+            "Each run is a folder runs/CHAPTER/RUN-ID/ (its notebook, params.json, results.json, "
+            "figures) under --runs-dir, by default runs/ in the current folder. On a terminal a bar "
+            "shows " + ("the notebook's cells; " if name == "run" else "the runs, with a line per "
+                        "finished run; ") + "at the end, a short summary of the headline metric "
+            "and the verdicts."))
         p.add_argument("chapter", help="chapter name, e.g. caffnet (see `minirepro list`)")
         p.add_argument("-p", nargs="+", action="append", metavar=("NAME", "VALUE"),
                        help="a parameter and its value" + (" (or values)" if name == "sweep" else ""))
         p.add_argument("--scale", choices=SCALES, help="size preset (default: MINIREPRO_SCALE or book)")
-        p.add_argument("--runs-dir", help="where run folders go (default: runs/)")
+        p.add_argument("--runs-dir", help="where run folders go (default: runs/ in the current "
+                                          "folder, so a run started in a lab's folder lands "
+                                          "beside its notebook)")
         if name == "run":
             p.add_argument("--threads", type=int, help="torch threads in the kernel")
             p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -337,7 +393,8 @@ def _add_run_commands(sub: argparse._SubParsersAction) -> None:
             p.add_argument("-j", "--jobs", type=int, default=1, help="runs in parallel")
             p.add_argument("--backend", default="loky",
                            help="joblib backend: loky (local processes), or dask/ray if registered")
-            p.add_argument("--metric", help="the metric to plot (default: the first recorded)")
+            p.add_argument("--metric", help="the metric to summarise and plot (default: the "
+                                            "chapter's headline metric, else its first recorded)")
             p.add_argument("--scheduler", metavar="ADDRESS",
                            help="run on Dask (the cluster extra): tcp://HOST:PORT of a running "
                                 "scheduler, or local:N for N local worker processes")
@@ -349,12 +406,22 @@ def _add_run_commands(sub: argparse._SubParsersAction) -> None:
 def _add_ledger_commands(sub: argparse._SubParsersAction) -> None:
     """``claims`` and ``goldens``: the claims ledger and the smoke-scale goldens."""
     p = sub.add_parser("claims", help="the claims ledger")
-    p.add_argument("--format", choices=("md", "csv", "json"), default="md")
+    p.add_argument("--format", choices=("md", "csv", "json"), default="md",
+                   help="the whole table as markdown, CSV or JSON (a terminal gets a summary first)")
+    p.add_argument("--all", action="store_true", help="the whole table, also in a terminal")
     p.add_argument("--update", nargs="*", metavar="CHAPTER",
-                   help="re-run chapters (all if none named) at book scale and store their claims")
+                   help="re-run chapters (all if none named) at book scale, store their claims and pool")
     p.add_argument("--robustness", type=int, metavar="K",
-                   help="re-run each chapter on K base seeds (a sweep) and store per-claim verdict counts")
-    p.add_argument("--only", nargs="+", metavar="CHAPTER", help="with --robustness: these chapters")
+                   help="run each chapter's K replications (a sweep), store every run's claims and pool")
+    p.add_argument("--pilot", action="store_true",
+                   help="run each chapter's pilot (seeds never reported: the spread behind each power)")
+    p.add_argument("--trend", action="store_true",
+                   help="run each chapter's scale trend (its plan's sizes) and record the claims' effects")
+    p.add_argument("--full", action="store_true",
+                   help="run each chapter's full preset once and record its verdicts (the full-scale column)")
+    p.add_argument("--pool", action="store_true",
+                   help="decide every claim again on the stored records (runs nothing)")
+    p.add_argument("--only", nargs="+", metavar="CHAPTER", help="with --robustness/--pilot/--trend/--full/--pool: these chapters")
     p.add_argument("--scale", choices=SCALES, help="with --robustness (default: book)")
     p.add_argument("-j", "--jobs", type=int, default=1, help="with --robustness: runs in parallel")
     p.add_argument("--scheduler", metavar="ADDRESS", help="with --robustness: a Dask scheduler (see sweep)")
@@ -459,7 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError):
             pass
         return 128 + signal.SIGPIPE
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP during a run (runner.Interrupted)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP during a run (run.Interrupted)
         signum = getattr(exc, "signum", signal.SIGINT)
         folder = getattr(exc, "folder", None)
         print(f"minirepro: interrupted ({signal.Signals(signum).name})" +

@@ -28,7 +28,7 @@ from jupyter_client.manager import AsyncKernelManager, KernelManager
 # How a finished notebook's kernel is stopped. "graceful" asks the kernel to exit and
 # waits: with torch and transformers loaded, the interpreter's teardown takes 2-3 s per
 # notebook (measured: 2.6 s after importing the TBPO chapter, 0.1 s when killed). Every
-# output and every recorded result (``minirepro.results`` writes its file at each
+# output and every recorded result (``minirepro.claims.results`` writes its file at each
 # record) is in by then, and jupyter_client kills the kernel's whole process group, so
 # nothing the notebook started outlives it.
 SHUTDOWN = "immediate"

@@ -373,3 +373,60 @@ def test_the_committed_task_model_matches_its_manifest_quality():
     assert acc > 0.5  # far above chance (0.1): zoomed digits are readable
     read = ex.readability(model, make_canvases(60, ex.EVAL_SEED, "test"))  # the issue's premise
     assert read["global view"] <= 0.2 and read["full resolution"] > 0.5
+
+
+def test_held_out_streams_differ_from_the_training_stream_for_any_seed():
+    for seed in (0, 1000, 4999, 5000, 900_000):
+        ev, rd = ex.held_out_seed(seed), ex.held_out_seed(seed, 1)
+        assert len({seed, ev, rd}) == 3 and ev == ex.held_out_seed(seed)  # distinct, reproducible
+        a, b = make_canvases(4, seed, "train"), make_canvases(4, ev, "test")
+        assert not torch.equal(a.images, b.images)
+    cfg = ex.Config.preset("smoke", seed=ex.TASK_MODEL_SEED)
+    with pytest.raises(ValueError, match="task model's own training canvases"):
+        ex.make_data(cfg, torch.nn.Identity())
+
+
+class _ReadsEveryOther(torch.nn.Module):
+    """A stand-in task model whose argmax is the label of every other crop, by a lookup table."""
+
+    def __init__(self, labels):
+        super().__init__()
+        self.labels = labels
+
+    def forward(self, crops):
+        out = torch.zeros(len(crops), 11)
+        wrong = (self.labels[: len(crops)] + 1) % 10
+        truth = torch.where(torch.arange(len(crops)) % 2 == 0, self.labels[: len(crops)], wrong)
+        out[torch.arange(len(crops)), truth] = 1.0
+        return out
+
+
+def test_digit_reads_are_per_digit_and_their_means_are_the_readability():
+    cv = ex.read_canvases(3, 50)
+    assert cv.n_digits >= 50
+    _, _, labels = ex.tight_boxes(cv)
+    model = _ReadsEveryOther(labels)
+    reads = ex.digit_reads(model, cv, 50)
+    for name in ("global view", "full resolution"):
+        np.testing.assert_array_equal(reads[name], (np.arange(50) % 2 == 0).astype(float))
+    assert ex.readability(model, cv) == {k: pytest.approx(float(np.mean(np.arange(cv.n_digits) % 2 == 0)))
+                                         for k in ("global view", "full resolution")}
+    with pytest.raises(ValueError, match="digits asked"):
+        ex.digit_reads(model, cv, cv.n_digits + 1)
+    with pytest.raises(ValueError, match="n_digits"):
+        ex.read_canvases(0, 0)
+
+
+def test_curve_deviation_is_each_seeds_distance_from_the_mean_curve():
+    rows = []
+    for seed, level in ((0, 0.2), (1, 0.4), (2, 0.9)):
+        for it in range(12):
+            rows += [{"form": "dual", "seed": seed, "iter": it, "task": level},
+                     {"form": "task", "seed": seed, "iter": it, "task": 0.5}]
+    import pandas as pd
+
+    curves = pd.DataFrame(rows)
+    np.testing.assert_allclose(ex.curve_deviation(curves, "dual"), [0.3, 0.1, 0.4])  # |level - 0.5|
+    np.testing.assert_allclose(ex.curve_deviation(curves, "task"), [0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        ex.curve_deviation(curves[curves.seed == 0], "dual")

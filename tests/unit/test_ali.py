@@ -227,3 +227,108 @@ def test_material_table_pairs_seeds_and_reports_every_metric():
     np.testing.assert_allclose(t[("rmse", "ALI (dense) - LI")].to_numpy(), [-0.005, -0.01, -0.015])
     with pytest.raises(KeyError, match="no rows"):
         ali.material_table(pd.DataFrame(rows), stage="I")
+
+
+# ------------------------------------------------------------------ test sets (one per model seed)
+
+
+def _find(stack: np.ndarray, img: np.ndarray) -> list[tuple[int, int]]:
+    """Every (scene, light) of ``stack`` (S, M, 3, H, W) whose image equals ``img`` exactly."""
+    hit = np.all(stack == img[None, None], axis=(2, 3, 4))
+    return [tuple(int(v) for v in ij) for ij in np.argwhere(hit)]
+
+
+def test_cross_scene_triplets_pair_another_scene_under_another_light_with_the_right_target():
+    scenes = ali.make_scenes(6, 5, 16, "synthetic", seed=3, shared_lights=True)
+    p = ali.cross_scene_pairs(scenes, 40, seed=1)
+    assert p.content.shape == (40, 3, 16, 16) and p.material.shape == (40, 16, 16)
+    for i in range(40):  # recover each triplet's scenes and lights by search (a brute-force reference)
+        (s, a), = _find(scenes.images, p.content[i].numpy())
+        (s2, b), = _find(scenes.images, p.reference[i].numpy())
+        assert s2 != s and b != a
+        np.testing.assert_array_equal(p.target[i].numpy(), scenes.clean[s, b])
+        np.testing.assert_array_equal(p.material[i].numpy(), scenes.material[s])
+    # many draws cover many ordered light pairs, not the handful of a 4-light set
+    q = ali.cross_scene_pairs(scenes, 400, seed=2)
+    pairs = {(_find(scenes.images, q.content[i].numpy())[0][1], _find(scenes.images, q.reference[i].numpy())[0][1])
+             for i in range(400)}
+    assert len(pairs) == 5 * 4
+    with pytest.raises(ValueError, match="n_triplets"):
+        ali.cross_scene_pairs(scenes, 0)
+
+
+def test_every_model_seed_gets_its_own_test_set_and_the_draw_is_reproducible():
+    cfg = ali.Config.preset("smoke", n_test=6, n_test_lights=4, n_triplets=10, n_train=4, n_shifted=4)
+    a0, a0_again, a1 = ali.make_test_set(cfg, 0, 0), ali.make_test_set(cfg, 0, 0), ali.make_test_set(cfg, 0, 1)
+    b0 = ali.make_test_set(cfg, 7, 0)
+    for dom in ali.DOMAINS:
+        np.testing.assert_array_equal(a0.scenes[dom].images, a0_again.scenes[dom].images)
+        np.testing.assert_array_equal(a0.pairs[dom].content.numpy(), a0_again.pairs[dom].content.numpy())
+        assert not np.allclose(a0.scenes[dom].images, a1.scenes[dom].images)  # another model seed
+        assert not np.allclose(a0.scenes[dom].images, b0.scenes[dom].images)  # another data seed
+        assert a0.scenes[dom].images.shape[:2] == (6, 4) and len(a0.pairs[dom].content) == 10
+    assert a0.probe.images.shape[:2] == (cfg.n_probe, 1)
+    assert not np.allclose(a0.probe.images[:6, 0], a0.scenes["synthetic"].images[:, 0])  # scenes of its own
+    assert a0.scenes["synthetic"].lights[0] != a1.scenes["synthetic"].lights[0]  # lights drawn per seed too
+    data = ali.make_data(cfg, 0, [0, 1])
+    assert sorted(data.tests) == [0, 1]
+    np.testing.assert_array_equal(data.tests[1].scenes["shifted"].images, a1.scenes["shifted"].images)
+    with pytest.raises(ValueError, match="3 shared lights"):
+        ali.make_test_set(ali.Config.preset("smoke", n_test_lights=2), 0, 0)
+
+
+def test_training_scenes_do_not_depend_on_the_evaluation_settings():
+    small = ali.Config.preset("smoke", n_train=5, n_shifted=3, n_test=4)
+    other = ali.Config.preset("smoke", n_train=5, n_shifted=3, n_test=9, n_test_lights=12, n_triplets=3)
+    (t1, s1), (t2, s2) = ali.training_scenes(small, 4), ali.training_scenes(other, 4)
+    np.testing.assert_array_equal(t1.images, t2.images)
+    np.testing.assert_array_equal(s1.images, s2.images)
+    assert t1.images.shape[:2] == (5, small.n_lights) and s1.images.shape[:2] == (3, 1)
+
+
+class _Oracle(torch.nn.Module):
+    """A relighter that returns the reference unchanged: its output follows the reference's light and
+    scene, never the content (light swap > 0, scene swap 0, leak 0)."""
+
+    def relight(self, content, reference):
+        return reference
+
+
+def test_swap_ratios_of_known_relighters():
+    scenes = ali.make_scenes(8, 4, 16, "synthetic", seed=5, shared_lights=True)
+    r = ali.swap_effects(_Oracle(), scenes, seed=0)
+    assert r["scene swap"] == 0.0 and r["leak"] == 0.0 and r["light swap"] > 0.3
+
+    class Copy(torch.nn.Module):  # copies the content: all of the content's light leaks, no light swap
+        def relight(self, content, reference):
+            return content
+
+    c = ali.swap_effects(Copy(), scenes, seed=0)
+    assert c["light swap"] == 0.0 and c["leak"] == pytest.approx(1.0, abs=0.1)
+    with pytest.raises(ValueError, match="3 shared lights"):
+        ali.swap_effects(Copy(), ali.make_scenes(4, 2, 16, shared_lights=True))
+
+
+def test_the_artifact_spec_holds_only_training_settings():
+    from minirepro.papers.ali import artifact
+
+    spec = artifact.ArtifactSpec()
+    assert set(spec.training) == set(artifact.TRAINING_FIELDS)
+    assert not {"n_test", "n_test_lights", "n_triplets", "data_seed", "n_seeds", "seed"} & set(spec.training)
+    book = ali.Config.preset("book")
+    assert all(getattr(spec.config, k) == getattr(book, k) for k in artifact.TRAINING_FIELDS)
+
+
+def test_evaluate_shares_one_ssim_map_and_agrees_with_each_region_on_its_own():
+    scenes = ali.make_scenes(5, 3, 16, "shifted", seed=2, shared_lights=True)
+    p = ali.cross_scene_pairs(scenes, 12, seed=0)
+    rows = {r["region"]: r for r in ali.evaluate(p.content, p)}
+    masks = {"all": torch.ones_like(p.material, dtype=torch.bool)}
+    masks |= {name: p.material == i for i, name in enumerate(ali.MATERIALS)}
+    for region, mask in masks.items():
+        alone = ali.region_metrics(p.content.clamp(0, 1), p.target, mask)  # its own SSIM map
+        for k in ("rmse", "psnr", "ssim"):
+            assert rows[region][k] == pytest.approx(float(np.nanmean(alone[k].numpy())), rel=1e-6)
+    whole = structural_similarity(p.content[0].numpy(), p.target[0].numpy(), channel_axis=0, data_range=1)
+    assert float(ali.region_metrics(p.content[:1], p.target[:1], masks["all"][:1])["ssim"][0]) == pytest.approx(
+        whole, abs=1e-5)

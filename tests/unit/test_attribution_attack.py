@@ -212,3 +212,60 @@ def test_federation_splits_are_disjoint_and_the_adversary_is_a_typical_client():
         assert sum(c in h for h in held) == 1  # each adversary class is also held by one benign client
     with pytest.raises(ValueError):
         A.make_federation(0, per_class=500)
+
+
+# --- the defence study ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_planted_attackers_are_the_ones_each_defence_is_built_for(seed):
+    """The planted boosted update is what Krum and clipping flag; the planted sybil is what
+    FoolsGold flags (both copies), on random updates of several rounds; the input is not changed."""
+    rng = np.random.default_rng(seed)
+    ups = rng.normal(size=(8, 6, 5, 10))
+    before = ups.copy()
+    boosted = A.experiment.planted_updates(ups, "Krum")
+    assert np.array_equal(ups, before) and np.allclose(boosted[:, 0], 3.0 * ups[:, 0])
+    assert np.allclose(boosted[:, 1:], ups[:, 1:])
+    assert np.array_equal(A.experiment.planted_updates(ups, "norm clip"), boosted)
+    sybil = A.experiment.planted_updates(ups, "FoolsGold")
+    assert np.array_equal(sybil[:, 1], ups[:, 0]) and np.array_equal(sybil[:, 2:], ups[:, 2:])
+    rep = A.defence_report(boosted, 1, 0.5, 2.0)
+    assert rep["krum_flag"][:, 0].all() and rep["norm_flag"][:, 0].all()
+    rep = A.defence_report(sybil, 1, 0.5, 2.0)
+    assert rep["foolsgold_flag"][:, :2].all() and not rep["foolsgold_flag"][:, 2:].any()
+    with pytest.raises(ValueError, match="unknown defence"):
+        A.experiment.planted_updates(ups, "median")
+
+
+def test_defence_study_equals_the_full_runs_grand_coalition_and_pairs_by_seed():
+    """The defence study trains the full federation alone; its flags equal those of the grand
+    coalition in the run over all 64 coalitions (same seed, same crafted batch), for two seeds;
+    flag_rise pairs the two arms of the same seed."""
+    import pandas as pd
+
+    cfg = A.Config.preset("smoke", rounds=4, attack_steps=5, mc_permutations=5, n_defence_seeds=2)
+    study = A.run_defences(cfg)
+    for s in cfg.defence_seeds:
+        full = pd.DataFrame(A.run_seed(cfg, s)["flags"])
+        full = full[full.arm.isin(["honest", "attack"])].set_index(["arm", "defence", "client"]).flag_rate
+        mine = study[(study.seed == s) & study.arm.isin(["honest", "attack"])]
+        mine = mine.set_index(["arm", "defence", "client"]).flag_rate
+        assert np.allclose(mine.sort_index().to_numpy(), full.sort_index().to_numpy())
+    r = A.flag_rise(study, "Krum")
+    assert list(r.index) == cfg.defence_seeds
+    adv = study[(study.defence == "Krum") & (study.client == 0)]
+    for s in cfg.defence_seeds:
+        a = adv[(adv.seed == s) & (adv.arm == "attack")].flag_rate.item()
+        h = adv[(adv.seed == s) & (adv.arm == "honest")].flag_rate.item()
+        assert r.loc[s, "rise"] == pytest.approx(a - h)
+    ben = study[(study.defence == "Krum") & (study.client > 0) & (study.arm == "attack")]
+    assert r["benign attack"].to_numpy() == pytest.approx(ben.groupby("seed").flag_rate.mean().to_numpy())
+    # Multi-Krum drops exactly f of the n clients every round: the rates average to f/n
+    per_round = study[(study.defence == "Krum") & (study.arm == "honest")].groupby("seed").flag_rate.sum()
+    assert np.allclose(per_round.to_numpy(), cfg.krum_f)
+
+
+def test_config_refuses_no_defence_seeds_and_lists_them():
+    assert A.Config(seed=3, n_defence_seeds=4).defence_seeds == [3, 4, 5, 6]
+    with pytest.raises(ValueError, match="n_defence_seeds"):
+        A.Config(n_defence_seeds=0)

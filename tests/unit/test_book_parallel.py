@@ -129,3 +129,67 @@ def test_a_failing_chapter_fails_the_build_and_names_it(toy_book):
     assert reports and "failing on purpose" in reports[0].read_text()
     # the front matter did not run after a failed chapter
     assert not (toy_book / "_build" / "smoke" / "build.log").exists()
+
+
+# ------------------------------------------------------------------ the scale banner and the status page
+def _toy_book_with_pages(root: Path) -> None:
+    """The toy book with the book's own Sphinx extension and an execution-status page."""
+    _toy_book(root)
+    repo = Path(__file__).resolve().parents[2]
+    (root / "book" / "status.md").write_text("# Execution status\n\n```{minirepro-status}\n```\n")
+    toc = (root / "_toc.yml").read_text().replace("  - file: book/front\n",
+                                                  "  - file: book/front\n  - file: book/status\n")
+    (root / "_toc.yml").write_text(toc)
+    (root / "_config.yml").write_text((root / "_config.yml").read_text().replace(
+        "sphinx:\n  config:\n", f"sphinx:\n  local_extensions:\n    minirepro_pages: {repo / 'book' / '_ext'}\n"
+        "  config:\n"))
+
+
+def _status_rows(html: str) -> dict[str, list[str]]:
+    import re
+
+    table = html[html.index('class="mr-ledger mr-status"'):]
+    table = table[:table.index("</table>")]
+    rows = {}
+    for m in re.finditer(r'<tr data-chapter="([^"]+)">(.*?)</tr>', table, flags=re.S):
+        rows[m.group(1)] = [re.sub(r"<[^>]+>", "", c).replace("&nbsp;", " ").strip()
+                            for c in re.findall(r"<td[^>]*>(.*?)</td>", m.group(2), flags=re.S)]
+    return rows
+
+
+def test_a_smoke_build_has_a_banner_on_every_page_and_a_status_page(toy_book):
+    _toy_book_with_pages(toy_book)
+    toy = toy_book / "notebooks" / "01-toy" / "toy.md"
+    toy.write_text(toy.read_text().replace("import numpy as np\n",
+                                           "import numpy as np\nballast = np.ones(40_000_000)  # 320 MB\n"))
+    import re
+
+    index = book.build("smoke", root=toy_book, strict=True, jobs=2)
+    html = index.parent
+    pages = sorted(p for p in html.rglob("*.html") if "_static" not in p.parts
+                   and 'http-equiv="Refresh"' not in p.read_text())  # not index.html's redirect
+    assert len(pages) >= 5
+    for page in pages:
+        assert 'class="mr-scale-banner" data-scale="smoke"' in page.read_text(), page
+    rows = _status_rows((html / "book" / "status.html").read_text())
+    assert list(rows) == ["01-toy", "02-toy"]
+    record = json.loads((toy_book / "_build" / "smoke" / "execution.json").read_text())
+    for slug, cells in rows.items():
+        name, scale, seconds, memory, status, verdicts, checks = cells
+        assert scale == "smoke" and status == "pass" and seconds.endswith(" s")
+        entry = record["notebooks"][f"notebooks/{slug}/{'toy' if slug == '01-toy' else 'toy2'}.md"]
+        assert memory == f"{entry['peak_mb']:.0f} MB"
+        counts = re.findall(r"(\d+) (reproduced|partly|not reproduced|not testable)", verdicts)
+        assert sum(int(n) for n, _ in counts) == 2 and checks == "-", verdicts  # the toy's two claims
+    big, small = (float(rows[s][3].split()[0]) for s in ("01-toy", "02-toy"))
+    assert big - small > 250, (big, small)  # each notebook's own peak, not the pool's
+
+    # a book-scale build has no banner; a cached notebook keeps its time and memory
+    index = book.build("book", root=toy_book, strict=True, jobs=2)
+    assert "mr-scale-banner" not in index.read_text()
+    book.build("book", root=toy_book, strict=True, jobs=2)
+    record = json.loads((toy_book / "_build" / "book" / "execution.json").read_text())
+    entry = record["notebooks"]["notebooks/01-toy/toy.md"]
+    assert entry["status"] == "cached" and entry["peak_mb"] > 300 and entry["seconds"] > 0
+    rows = _status_rows((index.parent / "book" / "status.html").read_text())
+    assert rows["01-toy"][1] == "book" and rows["01-toy"][3] == f"{entry['peak_mb']:.0f} MB"

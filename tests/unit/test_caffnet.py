@@ -232,6 +232,37 @@ def test_bad_shapes_and_values_raise(bad, match):
         C.caffine(args["f"], args["w"], args["A"], args["b"], tol=tol)
 
 
+@pytest.mark.parametrize("which", ["f", "w"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_network_outputs_are_named_not_blamed_on_the_constraints(which, value):
+    """A diverging network (NaN or inf in f or w) is told so, naming the branch and the samples;
+    before, it read "ill-conditioned constraints; rescale the rows of A(x), b(x)" (or, for w,
+    passed silently). The fixed projection names f the same way."""
+    A = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]], dtype=torch.float64)
+    b = torch.ones(3, 4, dtype=torch.float64)
+    f, w = torch.zeros(3, 2, dtype=torch.float64), torch.zeros(3, 2, dtype=torch.float64)
+    (f if which == "f" else w)[1, 0] = value
+    with pytest.raises(ValueError, match=rf"output {which} is not finite .* 1 of 3 inputs \(samples 1\)") as err:
+        C.caffine(f, w, A, b)
+    assert "ill-conditioned" not in str(err.value) and "rescale" not in str(err.value)
+    if which == "f":
+        with pytest.raises(ValueError, match=r"output f is not finite .* 1 of 3 inputs"):
+            C.project_polytope(f, A, b)
+
+
+def test_finite_outputs_on_ill_conditioned_rows_still_report_the_rows():
+    """The other path: finite f, a nonempty set, but an equality pair a y = c with rows of size
+    ~1e6, so a (c / a) - c is a rounding error of ~1e-10 and no candidate meets the tolerance
+    for some of the 40 inputs: the error still blames the rows' conditioning, not the network."""
+    rng = np.random.default_rng(0)
+    a, c = rng.uniform(1e6, 1e7, size=(2, 40))
+    A = torch.as_tensor(np.stack([a, -a], axis=1)[:, :, None], dtype=torch.float64)   # (40, 2, 1)
+    b = torch.as_tensor(np.stack([c, -c], axis=1), dtype=torch.float64)                # (40, 2)
+    f = torch.zeros(40, 1, dtype=torch.float64)
+    with pytest.raises(C.InfeasibleConstraintsError, match="ill-conditioned.*rescale the rows"):
+        C.caffine(f, None, A, b)
+
+
 # ------------------------------------------------------------------ baselines
 
 

@@ -129,13 +129,68 @@ def test_answer_options_are_counterbalanced(videos):
 
 # --- parsing and features -----------------------------------------------------------------
 
-@pytest.mark.parametrize("text, expected", [
-    ("B", "more"), ("(C)", "less"), ("a.", "same"), ("Let me think... Answer: C", "less"),
-    ("answer: (B) because more dots appear", "more"), ("They are the same.", "same"),
-    ("There are fewer dots now", "less"), ("more or less the same", FAIL), ("", FAIL),
-    ("I cannot tell", FAIL)])
-def test_parse_response(text, expected):
-    assert parse_response(text, ("same", "more", "less")) == expected
+# Phrasings of real models, each with what it must parse to: a letter (the option in that slot)
+# or an answer word (whatever the slots hold). The paper's rule-based step
+# reads these before its LLM judges; ours must too, since the exported benchmark is for real VLMs.
+PHRASINGS = [
+    ("B", "B"), ("(C)", "C"), ("a.", "A"), ("B)", "B"), ("**B**", "B"),
+    ("**B) more dots**", "B"), ("B. more dots", "B"), ("It's B", "B"),
+    ("The answer is B.", "B"), ("Option B", "B"), ("I think it is B.", "B"),
+    ("Answer: C", "C"), ("answer: c", "C"), ("Let me think... Answer: C", "C"),
+    ("answer: (B) because more dots appear", "B"), ("The answer is B because more dots appear", "B"),
+    ("The correct answer is (A) the same number of dots.", "A"), ("Final answer: **C**", "C"),
+    ("I choose A.", "A"), ("I'd go with (C)", "C"), ("My answer would be: c", "C"),
+    ("Answer: the same", "same"),
+    ("The answer is B. Actually, wait: the answer is C.", "C"),  # the last explicit answer
+    ("C. Because the glass is wider, it looks like less", "C"),
+    # the article "a" after "answer" is not option A
+    ("To answer a question like this… the same", "same"),
+    ("To answer a question like this, compare the frames. The amount is the same.", "same"),
+    ("The options are (A) the same, (B) more, (C) less. The liquid was only poured, so the answer is A.", "A"),
+    ("Is it (A) the same number of dots (B) more dots (C) fewer dots? The same.", "same"),
+    # answer words, with negations and idioms
+    ("They are the same.", "same"), ("There are fewer dots now", "less"),
+    ("The stick is not longer; it is the same length.", "same"), ("Not the same: there is more liquid now.", "more"),
+    ("Neither more nor less: the same amount.", "same"), ("The amount did not change.", "same"),
+    ("There are no more dots than before; it is unchanged.", "same"),
+    ("The liquid is no longer in the tall glass, but it is the same amount.", "same"),
+]
+# Letters followed by their option's words in the slots (same, more, less): under another order the
+# words contradict the letter, which must give FAIL rather than either reading.
+WITH_WORDS = {"**B) more dots**", "B. more dots", "The correct answer is (A) the same number of dots."}
+# What must stay unparseable: ambiguous, hedged, contradictory or empty replies (FAIL, counted wrong).
+UNPARSEABLE = [
+    "more or less the same", "", "I cannot tell", "It depends on the container.", "A or B", "(A) or (B)",
+    "B) less",  # the letter says more, its words say less
+    "A child might say there is less, but the amount is unchanged.",  # two answers in one sentence
+    "To answer more precisely, it is the same.",  # "more" and "same": no explicit answer
+]
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(ANSWERS)))
+@pytest.mark.parametrize("text, expected", PHRASINGS)
+def test_parse_response_reads_real_model_phrasings(text, expected, order):
+    want = order[LETTERS.index(expected)] if expected in LETTERS else expected
+    if text in WITH_WORDS and want != ANSWERS[LETTERS.index(expected)]:
+        want = FAIL
+    assert parse_response(text, order) == want
+
+
+@pytest.mark.parametrize("text", UNPARSEABLE)
+def test_parse_response_leaves_ambiguous_replies_unparsed(text):
+    assert parse_response(text, ("same", "more", "less")) == FAIL
+    assert parse_response(text, ("less", "same", "more")) == FAIL
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(ANSWERS)))
+def test_parse_response_maps_letters_through_the_option_order(order):
+    """A letter names the option in that slot of this question, in every common form."""
+    for i, letter in enumerate(LETTERS):
+        for form in (f"The answer is {letter}.", f"Option {letter}", f"I think it is {letter}.",
+                     f"**{letter}**", f"Answer: ({letter.lower()})", f"{letter}"):
+            assert parse_response(form, order) == order[i], form
+        other = next(a for a in ANSWERS if a != order[i])
+        assert parse_response(f"{letter}) {other}", order) == FAIL
 
 
 def test_parse_response_rejects_bad_options():

@@ -38,6 +38,8 @@ PAPERS = ROOT / "src" / "minirepro" / "papers"
 # the notes rarely give the paper's numbering, and a label is checked.
 ANCHOR = re.compile(r"Eqs?\. \([^)]+\)|Alg\. ?[\w(]|§\s?\d|Thm \d|App\. [A-Z]|\[reconstruction")
 EQ_REF = re.compile(r"Eqs?\. \(([^)]+)\)")
+ALG_REF = re.compile(r"Alg\. \(([^)]+)\)")
+ALG_NUM = re.compile(r"Alg\. (\d+)")
 
 
 def _chapter_of_package() -> dict[str, chapters.Chapter]:
@@ -67,7 +69,10 @@ def _first_line(node) -> str:
 
 
 def _labels(ch: chapters.Chapter) -> set[str]:
-    return set(re.findall(r":label:\s*(\S+)", ch.path.read_text(encoding="utf-8")))
+    """The page's labels: directive ``:label:`` / ``:name:`` options and ``(target)=`` lines."""
+    text = ch.path.read_text(encoding="utf-8")
+    return (set(re.findall(r":(?:label|name):\s*(\S+)", text))
+            | set(re.findall(r"^\(([\w-]+)\)=\s*$", text, flags=re.M)))
 
 
 def test_every_paper_package_has_a_chapter():
@@ -103,6 +108,43 @@ def test_equation_anchors_name_equations_the_page_labels(pkg):
     assert not unknown, f"labels missing from {CHAPTER_OF[pkg].path.name}: {unknown}"
 
 
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_docstrings_name_equations_by_label(pkg):
+    """Anywhere in a docstring, an equation is named by its label on the page (``Eq. (label)``),
+    never by a description ("Eq. of the JS gate") or a bare number (the paper's own number may
+    stand beside it: "the paper's Eq. 1")."""
+    labels = _labels(CHAPTER_OF[pkg])
+    bad = []
+    for path in sorted((PAPERS / pkg).glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node) or ""
+                bad += [f"{path.stem}.{node.name}: {m.group(0)!r}"
+                        for m in re.finditer(r"(?<!paper's )\bEqs?\.(?! \()\s*\S+", doc)]
+                bad += [f"{path.stem}.{node.name}: Eq. ({ref})" for g in EQ_REF.findall(doc)
+                        for ref in (r.strip() for r in g.split(",")) if ref not in labels]
+    assert not bad, f"equations not named by a label of {CHAPTER_OF[pkg].path.name}: {bad}"
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_algorithm_anchors_name_algorithms_the_page_shows(pkg):
+    """``Alg. (label)`` names a label on the page; ``Alg. N`` (the paper's numbering) needs the page
+    to present "Algorithm N", unless it is another work's algorithm (cited with "et al.")."""
+    ch = CHAPTER_OF[pkg]
+    labels, text = _labels(ch), ch.path.read_text(encoding="utf-8")
+    unknown = []
+    for path in sorted((PAPERS / pkg).glob("*.py")):
+        for node in _public_defs(path):
+            line = _first_line(node)
+            unknown += [f"{path.stem}.{node.name}: Alg. ({ref})" for ref in ALG_REF.findall(line)
+                        if ref.strip() not in labels]
+            if "et al." not in line:
+                unknown += [f"{path.stem}.{node.name}: Alg. {n}" for n in ALG_NUM.findall(line)
+                            if f"Algorithm {n}" not in text]
+    assert not unknown, f"algorithms {ch.path.name} does not show: {unknown}"
+
+
 @pytest.mark.parametrize("ch", chapters.discover(ROOT), ids=lambda c: c.name)
 def test_the_page_cites_every_equation_it_labels(ch):
     text = ch.path.read_text(encoding="utf-8")
@@ -123,10 +165,27 @@ def test_parameters_are_the_config(pkg):
     fields = {f.name for f in dataclasses.fields(cfg)}
     view = set(getattr(cfg, "VIEW_PARAMETERS", ()))
     assert not (view & fields), f"VIEW_PARAMETERS that are also fields: {view & fields}"
-    stray = [p for p in ch.parameters
-             if p != "scale" and not is_seed_name(p) and p not in fields and p not in view]
+    stray = [p for p in ch.parameters if p != "scale" and p not in fields and p not in view]
     assert not stray, (f"{ch.path.name}: parameters that are neither {pkg}.Config fields nor "
                        f"VIEW_PARAMETERS: {stray}")
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_the_seeds_come_from_the_config(pkg):
+    """``seed`` (and every ``*_seed``) is a Config field; a run's seeds are ``cfg.seeds``, made in
+    one place (ScaledConfig.seeds), never rebuilt by hand; no notebook seeds with a literal;
+    ``run_experiment`` takes the config first and no separate seed list."""
+    import inspect
+    import re
+
+    ch = CHAPTER_OF[pkg]
+    text = ch.path.read_text(encoding="utf-8")
+    assert "range(seed, seed +" not in text, f"{ch.path.name}: use cfg.seeds"
+    assert not re.search(r"set_seed\(\s*\d", text), f"{ch.path.name}: a literal seed (use the Config's)"
+    fn = importlib.import_module(f"minirepro.papers.{pkg}").run_experiment
+    params = list(inspect.signature(fn).parameters)
+    assert params[0] == "cfg", f"{pkg}.run_experiment(cfg, ...): the config first, got {params}"
+    assert "seeds" not in params and "seed" not in params, f"{pkg}.run_experiment reads cfg.seeds: {params}"
 
 
 @pytest.mark.parametrize("pkg", PACKAGES)
@@ -148,7 +207,7 @@ def test_minirepro_list_shows_each_parameters_preset_values(capsys):
     (entry,) = json.loads(capsys.readouterr().out)
     n_seeds = entry["parameters"]["n_seeds"]
     assert n_seeds["presets"] == {s: caffnet.Config.preset(s).n_seeds for s in ("smoke", "book", "full")}
-    assert "presets" not in entry["parameters"]["seed"]  # not a config field
+    assert entry["parameters"]["seed"]["presets"] == {s: 0 for s in ("smoke", "book", "full")}  # a config field (ScaledConfig.seed)
     assert main(["list", "caffnet"]) == 0
     assert "presets: smoke 3, book 5, full 5" in capsys.readouterr().out
 

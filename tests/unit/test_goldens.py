@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from minirepro import goldens
-from minirepro.runner import make_golden
+from minirepro.goldens import make_golden
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,3 +82,26 @@ def test_a_golden_fails_when_a_headline_number_moves_beyond_its_tolerance(toy_bo
     record_path.write_text(json.dumps(record))
     bad = _pytest_goldens(golden.parent)
     assert bad.returncode == 1 and "metric 'stat'" in bad.stdout, bad.stdout[-2000:]
+
+
+def test_compare_notebooks_reads_checked_cells_as_nbval_does():
+    """A checked cell whose output differs is reported; sanitized timings and unchecked cells are not."""
+    import nbformat
+
+    from minirepro.goldens import compare_notebooks
+
+    def nb(text_checked: str, text_free: str):
+        book = nbformat.v4.new_notebook()
+        a = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nprint(x)")
+        a.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text_checked)]
+        b = nbformat.v4.new_code_cell("print(y)")
+        b.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text_free)]
+        book.cells = [nbformat.v4.new_code_cell("scale = 'smoke'"), a, b]
+        return book
+
+    rules = [(r"\d+(\.\d+)?\s?s\b", "TIME")]
+    assert compare_notebooks(nb("ok in 1.2 s\n", "a"), nb("ok in 3.4 s\n", "b"), rules) == []
+    diff = compare_notebooks(nb("verdict: reproduced\n", "a"), nb("verdict: partly\n", "a"), rules)
+    assert len(diff) == 1 and "partly" in diff[0]
+    missing = nbformat.v4.new_notebook()
+    assert "not found" in compare_notebooks(nb("x", "y"), missing, rules)[0]

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import psutil
@@ -24,14 +23,9 @@ import pytest
 
 from minirepro.chapters import ChapterError, get, parse_parameters, show
 from minirepro.cli import main
-from minirepro.runner import (
-    check_metric,
-    make_run_id,
-    run_chapter,
-    stop_process_tree,
-    sweep,
-    write_summary,
-)
+from minirepro.run import make_run_id, run_chapter, stop_process_tree, sweep
+from minirepro.run.summary import write_summary
+from minirepro.run.sweep import check_metric
 
 DATA = Path(__file__).parent / "data"
 
@@ -53,7 +47,13 @@ def book(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def written(root: Path) -> list[Path]:
-    return [p for p in (root / "runs").rglob("*")] if (root / "runs").exists() else []
+    """Everything under the book's runs/ and the working directory's runs/ (where runs go)."""
+    return [p for base in {root / "runs", Path.cwd() / "runs"} if base.exists() for p in base.rglob("*")]
+
+
+def runs(chapter: str = "sleepy") -> Path:
+    """Where the runs of ``chapter`` go: runs/ in the current folder (cwd/, beside the book)."""
+    return Path.cwd() / "runs" / chapter
 
 
 def exit_2_one_line(argv: list[str], capsys) -> str:
@@ -174,7 +174,7 @@ def test_a_path_parameter_is_resolved_against_the_callers_directory(book, capsys
     Path("votes.csv").write_text("a,b\n1,2\n3,4\n")
     assert main(["run", "sleepy", "--scale", "smoke", "-p", "data_csv", "votes.csv", "--quiet"]) == 0
     assert "lines = 3" in capsys.readouterr().out
-    (run,) = [p for p in (book / "runs" / "sleepy").iterdir()]
+    (run,) = [p for p in runs().iterdir()]
     params = json.loads((run / "params.json").read_text())
     assert params["data_csv"] == str(Path("votes.csv").resolve())
     assert get("sleepy").validate({"data_csv": "votes.csv"}, cwd=Path.cwd()) == {
@@ -247,7 +247,7 @@ def test_a_closed_pipe_ends_quietly(book):
 
 
 def test_ctrl_c_exits_130_and_says_so_in_the_failed_folder(book, capsys, monkeypatch):
-    import minirepro.runner as runner
+    import minirepro.run.folder as runner
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -260,7 +260,7 @@ def test_ctrl_c_exits_130_and_says_so_in_the_failed_folder(book, capsys, monkeyp
     assert status == 130
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "interrupted (SIGINT)" in err and "Traceback" not in err
-    (folder,) = list((book / "runs" / "sleepy").iterdir())
+    (folder,) = list(runs().iterdir())
     assert folder.name.endswith("-FAILED") and str(folder) in err
     assert "interrupted (SIGINT, Ctrl-C)" in (folder / "error.txt").read_text()
     assert not (folder / "results.json").exists()
@@ -287,7 +287,7 @@ def test_a_signal_stops_the_kernel_and_its_children_and_marks_the_run_failed(boo
     env = {**os.environ, "MINIREPRO_ROOT": str(book)}
     # the default dispositions, even when the suite itself runs with a signal ignored (nohup
     # ignores SIGHUP, a shell's background job SIGINT; an ignored signal is meant to stay
-    # ignored: see runner.stop_signals_raise)
+    # ignored: see run.stop_signals_raise)
     proc = subprocess.Popen([sys.executable, "-m", "minirepro.cli", "run", "sleepy", "--scale",
                              "smoke", "-p", "nap", "600", "--quiet"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -295,11 +295,11 @@ def test_a_signal_stops_the_kernel_and_its_children_and_marks_the_run_failed(boo
                                                 (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)])
     try:
         deadline = time.monotonic() + 240
-        while not list((book / "runs" / "sleepy").glob(".incomplete-*/kernel.pids")):
+        while not list(runs().glob(".incomplete-*/kernel.pids")):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the kernel never started"
             time.sleep(0.2)
-        (pids,) = list((book / "runs" / "sleepy").glob(".incomplete-*/kernel.pids"))
+        (pids,) = list(runs().glob(".incomplete-*/kernel.pids"))
         kernel, child = (int(x) for x in pids.read_text().split())
         assert psutil.pid_exists(kernel) and psutil.pid_exists(child)
         proc.send_signal(sig)
@@ -308,7 +308,7 @@ def test_a_signal_stops_the_kernel_and_its_children_and_marks_the_run_failed(boo
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         time.sleep(0.5)
         assert processes_of(book) == []
-        folders = list((book / "runs" / "sleepy").iterdir())
+        folders = list(runs().iterdir())
         assert len(folders) == 1 and folders[0].name.endswith("-FAILED"), folders
         assert not (folders[0] / "results.json").exists()
         assert signal.Signals(sig).name in (folders[0] / "error.txt").read_text()
@@ -328,7 +328,7 @@ def test_sigterm_to_a_parallel_sweep_leaves_no_process_and_marks_its_runs_failed
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
-        while len(list((book / "runs" / "sleepy").glob(".incomplete-*/kernel.pids"))) < 2:
+        while len(list(runs().glob(".incomplete-*/kernel.pids"))) < 2:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the kernels never started"
             time.sleep(0.2)
@@ -338,7 +338,7 @@ def test_sigterm_to_a_parallel_sweep_leaves_no_process_and_marks_its_runs_failed
         assert "Traceback" not in err, err
         time.sleep(0.5)
         assert processes_of(book) == []
-        folders = list((book / "runs" / "sleepy").iterdir())
+        folders = list(runs().iterdir())
         assert len(folders) == 2 and all(f.name.endswith("-FAILED") for f in folders), folders
         for f in folders:
             assert "interrupted (SIGTERM)" in (f / "error.txt").read_text()
@@ -375,26 +375,3 @@ def test_stop_process_tree_reaches_grandchildren_in_another_session():
 def test_run_ids_are_unique_within_a_process():
     ids = [make_run_id({"a": 1}) for _ in range(2000)]
     assert len(set(ids)) == 2000
-
-
-# ---------------------------------------------------------------- item 7: the LM cache
-
-
-def test_a_cache_entry_that_is_a_plain_file_is_healed_once(tmp_path, monkeypatch):
-    from minirepro.core.lm import CorpusConfig, LMConfig, TrainConfig, cache_key, pretrain
-    from minirepro.core.lm.corpus import build_corpus
-
-    monkeypatch.setenv("MINIREPRO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("TQDM_DISABLE", "1")
-    lm = LMConfig(d_model=16, n_layers=1, n_heads=2, d_ff=32, max_len=64)
-    train = TrainConfig(steps=5, batch_size=8, lr=5e-3, warmup=1)
-    corpus = CorpusConfig(n_train=60, n_val=10, n_test=10)
-    entry = tmp_path / "cache" / "lm" / cache_key(lm, train, build_corpus(corpus))[:32]
-    entry.parent.mkdir(parents=True)
-    entry.write_bytes(b"not a folder")
-    with pytest.warns(UserWarning, match="rebuilding"):
-        first = pretrain(lm, train, corpus)
-    assert not first.from_cache and entry.is_dir()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # healed: no second warning, a hit
-        assert pretrain(lm, train, corpus).from_cache

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,8 +23,10 @@ import nbformat
 import pytest
 import yaml
 
-from minirepro import lab_checks, labs
-from minirepro.chapters import repo_root
+from minirepro import labs
+from minirepro.chapters import get, repo_root
+from minirepro.labs import checks as lab_checks
+from minirepro.labs import sample
 
 ROOT = repo_root()
 CLI = [sys.executable, "-m", "minirepro.cli"]
@@ -96,7 +99,7 @@ def test_specs_ask_for_runs_where_the_chapter_does():
 
 def test_exercise_parser_finds_every_exercise_and_solution():
     for name in REGISTERED:
-        chapter = labs.get(name, ROOT)
+        chapter = get(name, ROOT)
         exercises = labs.chapter_exercises(chapter)
         text = chapter.path.read_text(encoding="utf-8")
         assert len(exercises) == text.count("{exercise}") >= 2, name
@@ -184,9 +187,11 @@ def _fake_run(folder: Path, chapter: str, spec_path: Path, question: str, **over
     entry with the parameters the exercise asks for)."""
     raw = yaml.safe_load(spec_path.read_text())
     run = next(q["run"] for q in raw["questions"] if q["name"] == question)
-    slug = labs.get(chapter, ROOT).slug
-    ledger = json.loads((ROOT / "book" / "claims" / f"{slug}.json").read_text())
-    params = {**ledger["params"], **run.get("params", {}), "scale": run.get("scale", "book"), **override}
+    ch = get(chapter, ROOT)
+    ledger = json.loads((ROOT / "book" / "claims" / f"{ch.slug}.json").read_text())
+    defaults = {k: p.default for k, p in ch.parameters.items()}  # as `minirepro run` records them
+    params = {**defaults, **run.get("params", {}), "scale": run.get("scale", raw.get("scale", "smoke")),
+              **override}
     d = folder / "runs" / chapter / "2026-12-03-120000"
     d.mkdir(parents=True)
     (d / "results.json").write_text(json.dumps({
@@ -195,11 +200,11 @@ def _fake_run(folder: Path, chapter: str, spec_path: Path, question: str, **over
 
 WRONG = {  # a wrong answer per graded chapter, and a hint its report must show
     "spreadsheetarena": ("elo_gap = ...", "elo_gap = 200.0",
-                         "Odds of 10 to 1 fix the gap of the two strengths"),
+                         "elo_gap disagrees with the Bradley-Terry fit"),
     "debate2create": ("agent_calls = ...", "agent_calls = 5 * 2",
                       "Count every call of one round - per thesis and once per round"),
     "conservationbench": ("answer_ex2 = ...", "answer_ex2 = 0.8 * 0.2",
-                          "The two answers of a pair are independent"),
+                          "strict paired accuracy"),
 }
 
 
@@ -277,7 +282,8 @@ def test_a_registered_chapter_without_a_spec_stops_lab_all(tmp_path):
 
 
 # ------------------------------------------------------------------ the checks the tests call
-def test_check_run_reads_the_recorded_run(tmp_path):
+def test_check_run_reads_the_recorded_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the submission: a run folder is looked for inside it
     d = tmp_path / "runs" / "caffnet" / "r1"
     d.mkdir(parents=True)
     res = {"chapter": "caffnet", "params": {"scale": "smoke", "opt_ineq": 8},
@@ -312,10 +318,10 @@ def test_value_checks():
 
 
 def test_the_guides_sample_report_is_current():
-    """book/lab-report.txt (made by `python -m minirepro.labs`) shows a pass and a fail,
+    """book/lab-report.txt (made by `python -m minirepro.labs.sample`) shows a pass and a fail,
     with hints that are the current spec's."""
-    text = (ROOT / labs.SAMPLE_REPORT).read_text()
-    spec = labs.load_spec(labs.SAMPLE_CHAPTER, ROOT)
+    text = (ROOT / sample.SAMPLE_REPORT).read_text()
+    spec = labs.load_spec(sample.SAMPLE_CHAPTER, ROOT)
     hints = {t["hint"] for q in spec.questions for t in q.public + q.hidden}
     shown = [ln.split("hint: ", 1)[1] for ln in text.splitlines() if "hint: " in ln]
     assert shown and set(shown) <= hints
@@ -324,3 +330,321 @@ def test_the_guides_sample_report_is_current():
         assert q.name in text
         for ln in _lines(q.solution, 12):
             assert ln not in text
+
+
+# ------------------------------------------------------------------ issue 47: a class graded right
+CLASS_CHAPTER = "caffnet"  # the issue's example: 495 instead of 793 earned half the points
+
+
+def _student_nb(out: Path, chapter: str, answers: dict[str, str]) -> nbformat.NotebookNode:
+    """The student edition with ``answers`` (``"name = ..."`` -> ``"name = value"``) filled in."""
+    nb = nbformat.read(out / "student" / chapter / f"{chapter}.ipynb", as_version=4)
+    for cell in nb.cells:
+        for old, new in answers.items():
+            cell.source = cell.source.replace(old, new)
+    return nb
+
+
+def _execute(nb: nbformat.NotebookNode, folder: Path, name: str) -> nbformat.NotebookNode:
+    """Run a notebook top to bottom in ``folder`` as a student would (saved as ``name`` first:
+    otter's grader reads its tests from the saved notebook)."""
+    from nbclient import NotebookClient
+
+    from minirepro.kernels import AsyncIPCKernelManager
+
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / name)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(folder)}},
+                   kernel_manager_class=AsyncIPCKernelManager).execute()
+    return nb
+
+
+def _outputs_of(nb: nbformat.NotebookNode, needle: str) -> str:
+    cell = next(c for c in nb.cells if c.cell_type == "code" and needle in c.source)
+    return "\n".join(str(o.get("text", "")) + json.dumps(o.get("data", {})) for o in cell.outputs)
+
+
+@pytest.fixture(scope="module")
+def graded_class(pack, tmp_path_factory):
+    """A class folder for the caffnet lab, graded by the real otter with ``minirepro lab grade``:
+
+    - ada/: the instructor's answers and her run (a folder: notebook + runs/);
+    - bob.ipynb: a wrong answer (495 for 793) and a run folder outside his submission;
+    - carol/lab3/: nested one level deeper; right answer, a run with an extra ``-p opt_steps 1``;
+    - dave/: the student edition untouched (empty answers);
+    - erin.ipynb beside dave/ (the issue's case): right answer, a run folder that is not there;
+    - frank/: an empty folder; hana.zip: the zip the student edition's last cell wrote;
+    - notes.txt and .DS_Store: not submissions.
+    """
+    out, _ = pack
+    chapter = CLASS_CHAPTER
+    spec = labs.load_spec(chapter, ROOT)
+    run_q = next(q.name for q in spec.questions if any("check_run" in t["test"] for t in q.hidden))
+    tmp = tmp_path_factory.mktemp("class")
+    klass = tmp / "class"
+    (klass / "ada").mkdir(parents=True)
+    shutil.copy(out / "autograder" / chapter / f"{chapter}.ipynb", klass / "ada")
+    _fake_run(klass / "ada", chapter, spec.path, run_q)
+    _fake_run(tmp / "elsewhere", chapter, spec.path, run_q)  # a good run, outside bob's submission
+    elsewhere = next((tmp / "elsewhere" / "runs" / chapter).iterdir())
+    nbformat.write(_student_nb(out, chapter, {"n_subsets_12 = ...": "n_subsets_12 = 495",
+                                              "run_folder = ...": f"run_folder = {str(elsewhere)!r}"}),
+                   klass / "bob.ipynb")
+    carol = klass / "carol" / "lab3"
+    carol.mkdir(parents=True)
+    nbformat.write(_student_nb(out, chapter, {"n_subsets_12 = ...": "n_subsets_12 = 793",
+                                              "run_folder = ...": "run_folder = lab_checks.latest_run('caffnet')"}),
+                   carol / f"{chapter}.ipynb")
+    _fake_run(carol, chapter, spec.path, run_q, opt_steps=1)
+    (klass / "dave").mkdir()
+    shutil.copy(out / "student" / chapter / f"{chapter}.ipynb", klass / "dave")
+    nbformat.write(_student_nb(out, chapter, {"n_subsets_12 = ...": "n_subsets_12 = 793",
+                                              "run_folder = ...": "run_folder = 'runs/caffnet/my-run'"}),
+                   klass / "erin.ipynb")
+    (klass / "frank").mkdir()
+    (klass / "notes.txt").write_text("grade by Friday\n")
+    (klass / ".DS_Store").write_bytes(b"\0")
+    # hana works through the student edition top to bottom; its last cell writes her zip
+    hana = tmp / "hana"
+    _fake_run(hana, chapter, spec.path, run_q)
+    executed = _execute(_student_nb(out, chapter, {"n_subsets_12 = ...": "n_subsets_12 = 793",
+                                                   "run_folder = ...": "run_folder = lab_checks.latest_run('caffnet')"}),
+                        hana, f"{chapter}.ipynb")
+    (zipped,) = hana.glob(f"{chapter}_*.zip")
+    shutil.copy(zipped, klass / "hana.zip")
+    wrong = _execute(_student_nb(out, chapter, {"n_subsets_12 = ...": "n_subsets_12 = 495"}),
+                     tmp / "bob-working", f"{chapter}.ipynb")
+    t0 = time.perf_counter()
+    proc = _cli("lab", "grade", chapter, str(klass), "--out", str(tmp / "grades"), "-j", "2",
+                "--autograder", str(out / "autograder" / chapter / "autograder.zip"))
+    seconds = time.perf_counter() - t0
+    rows = {r["student"]: r for r in csv.DictReader(open(tmp / "grades" / "grades.csv"))}
+    return {"proc": proc, "rows": rows, "seconds": seconds, "hana": executed, "bob": wrong,
+            "zip": zipped, "report": (tmp / "grades" / "report.md").read_text()}
+
+
+def test_every_student_of_a_class_folder_is_graded_with_the_right_points(graded_class):
+    rows, report = graded_class["rows"], graded_class["report"]
+    print(f"graded 7 submissions in {graded_class['seconds']:.1f} s")
+    assert graded_class["proc"].returncode == 1, graded_class["proc"].stderr  # frank: nothing to grade
+    points = {name: (float(r["subsets"]), float(r["run_more_rows"]), float(r["possible"]))
+              for name, r in rows.items()}
+    assert points == {
+        "ada": (2, 1, 3),      # right, her own run
+        "bob": (0, 0, 3),      # 495 is wrong; a run outside the submission counts for nothing
+        "carol": (2, 0, 3),    # right; the run changed opt_steps, which the exercise does not ask
+        "dave": (0, 0, 3),     # nothing answered
+        "erin": (2, 0, 3),     # right; the run folder she named is not there
+        "frank": (0, 0, 3),    # an empty folder: listed, with why
+        "hana": (2, 1, 3),     # the zip of the student edition's last cell: notebook and runs/
+    }, report
+    assert rows["frank"]["error"].startswith("not graded: frank/ holds no notebook")
+    assert all(not rows[s]["error"] for s in rows if s != "frank")
+    bob = report.split("\nbob:")[1].split("\ncarol:")[0]
+    assert "the recorded run does not match the exercise" in bob
+    carol = report.split("\ncarol:")[1].split("\ndave:")[0]
+    assert "run exactly the command it gives" in carol and "FAILED" in carol
+    skipped = report.split("Skipped (")[1]
+    assert "notes.txt: not a notebook, an otter zip or a student's folder" in skipped
+    assert "1 hidden entry" in skipped and "frank" not in skipped
+
+
+def test_a_format_check_says_format_only_and_never_all_passed(graded_class):
+    for nb in (graded_class["hana"], graded_class["bob"]):  # right (793) and wrong (495) alike
+        shown = _outputs_of(nb, 'grader.check("subsets")')
+        assert "format only: the answer is graded later" in shown, shown
+        assert "All test cases passed" not in shown and "passed!" not in shown, shown
+    # a format test that fails still says what is wrong with the form
+    out = _outputs_of(graded_class["bob"], 'grader.check("run_more_rows")')
+    assert "run_folder must name the folder of a finished" in out, out
+
+
+def test_the_student_editions_last_cell_zips_the_notebook_with_its_runs(graded_class, pack):
+    with zipfile.ZipFile(graded_class["zip"]) as zf:
+        names = zf.namelist()
+    assert f"{CLASS_CHAPTER}.ipynb" in names
+    assert any(n.startswith(f"runs/{CLASS_CHAPTER}/") and n.endswith("results.json") for n in names)
+    out, _ = pack
+    for name in REGISTERED:
+        nb = nbformat.read(out / "student" / name / f"{name}.ipynb", as_version=4)
+        last = [c for c in nb.cells if c.cell_type == "code"][-1]
+        assert last.source == "grader.export(pdf=False, files=lab_checks.hand_in_files())", name
+
+
+def test_points_go_to_correctness_and_public_tests_say_format_only(pack):
+    out, _ = pack
+    for name in REGISTERED:
+        nb = nbformat.read(out / "student" / name / f"{name}.ipynb", as_version=4)
+        for q, src in nb.metadata["otter"]["tests"].items():
+            cases = src.split("@test_case(")[1:]
+            assert cases and all("points=0" in c and "format only: the answer is graded later" in c
+                                 for c in cases), (name, q)
+    with zipfile.ZipFile(out / "autograder" / "caffnet" / "autograder.zip") as zf:
+        test = zf.read(next(n for n in zf.namelist() if n.endswith("subsets.py"))).decode()
+    assert test.count("hidden=True") >= 1 and "points=0, hidden=False" in test
+
+
+OTTER_MARKUP = re.compile(r"#\s*(BEGIN|END)\s+(SOLUTION|PROMPT|QUESTION|TESTS|TEST CONFIG)|#\s*SOLUTION\b"
+                          r"|\bNO PROMPT\b|# (ASSIGNMENT CONFIG|IGNORE)")
+
+
+def test_the_autograders_solutions_notebook_holds_no_otter_markup(pack):
+    out, _ = pack
+    for name in REGISTERED:
+        nb = nbformat.read(out / "autograder" / name / f"{name}.ipynb", as_version=4)
+        marked = [c.source for c in nb.cells if OTTER_MARKUP.search(c.source)]
+        assert not marked, f"{name}: {marked[0][:200]}"
+        spec = labs.load_spec(name, ROOT)
+        source = "\n".join(c.source for c in nb.cells)
+        for q in spec.questions:  # the solutions are there, whole
+            assert q.solution.strip() in source, (name, q.name)
+
+
+def test_every_command_of_a_lab_runs_at_the_labs_scale(pack):
+    out, _ = pack
+    for name in REGISTERED:
+        spec = labs.load_spec(name, ROOT)
+        nb = nbformat.read(out / "student" / name / f"{name}.ipynb", as_version=4)
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        commands = re.findall(r"minirepro (?:run|sweep) [^`\n]*", text)
+        assert commands, name
+        for cmd in commands:
+            assert re.findall(r"--scale (\S+)", cmd) == [spec.scale], (name, cmd)
+    caffnet = nbformat.read(out / "student" / "caffnet" / "caffnet.ipynb", as_version=4)
+    assert "minirepro sweep caffnet -p seed 0 1 2 -j 2 --scale smoke" in "\n".join(c.source for c in caffnet.cells)
+
+
+# ------------------------------------------------------------------ no hint gives the answer away
+_ANSWERS = r'''
+import json, re, sys
+from minirepro import labs
+def names(scaffold):
+    return [m.group(1) for m in re.finditer(r"^\s*([A-Za-z_]\w*)\s*=\s*(?:\.\.\.|\{)", scaffold, flags=re.M)]
+def plain(v):
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if isinstance(v, dict):
+        return [plain(x) for x in v.values()]
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    return v
+out = {}
+for chapter in sys.argv[1:]:
+    spec = labs.load_spec(chapter)
+    env = {"scale": spec.scale, "seed": 0, **spec.params}
+    exec("from minirepro.labs import checks as lab_checks\n" + spec.setup, env)
+    for q in spec.questions:
+        if any("check_run" in t["test"] for t in q.hidden):
+            continue
+        exec(q.solution, env)
+        out[f"{chapter}/{q.name}"] = {n: plain(env[n]) for n in names(q.scaffold)}
+print(json.dumps(out))
+'''
+NUMBER_WORDS = {0: "zero", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven",
+                8: "eight", 9: "nine", 10: "ten", 11: "eleven", 12: "twelve"}
+
+
+def _flatten(v) -> list[float]:
+    if isinstance(v, list):
+        return [x for item in v for x in _flatten(item)]
+    return [float(v)] if isinstance(v, (int, float)) and not isinstance(v, bool) else []
+
+
+def _spellings(x: float) -> tuple[set[str], set[str]]:
+    """How a hint could state ``x``: as digits (several roundings) and, for a small whole
+    number, as a word. A single digit is only looked for as a word (a hint's "M = 0" or
+    "10 x 10" is a definition, not the answer)."""
+    digits, words = set(), set()
+    if abs(x - round(x)) < 1e-6:
+        n = int(round(x))
+        if abs(n) >= 10:
+            digits.add(str(n))
+        if n in NUMBER_WORDS:
+            words.add(NUMBER_WORDS[n])
+    else:
+        for k in (2, 3, 4, 5, 6):
+            digits.add(f"{x:.{k}g}")
+        for d in (1, 2, 3, 4):
+            digits.add(f"{x:.{d}f}")
+        digits = {t for t in digits if len(t.lstrip("-").replace("0", "").replace(".", "")) >= 2}
+    return digits, words
+
+
+def test_no_hint_contains_the_answers_value():
+    """Every graded question's reference answer, computed by its solution, appears in none of
+    its lab's hints (as digits at several roundings, or as a number word)."""
+    proc = subprocess.run([sys.executable, "-c", _ANSWERS, *REGISTERED], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "TQDM_DISABLE": "1"}, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answers = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(answers) >= 15
+    checked = 0
+    for key, values in answers.items():
+        chapter = key.split("/")[0]
+        spec = labs.load_spec(chapter, ROOT)
+        hints = [t["hint"] for q in spec.questions for t in q.public + q.hidden]
+        for name, value in values.items():
+            for x in _flatten(value):
+                digits, words = _spellings(x)
+                for hint in hints:
+                    for t in digits:
+                        assert not re.search(rf"(?<![\w.]){re.escape(t)}(?![\w]|\.\d)", hint), \
+                            f"{key}: the hint {hint!r} states {name} = {t}"
+                    for w in words:
+                        assert not re.search(rf"\b{w}\b", hint, flags=re.I), \
+                            f"{key}: the hint {hint!r} states {name} = {w}"
+                checked += 1
+    assert checked >= 25
+    # the check can fail: the hint this issue found ("... an answer of 793 ...") is caught
+    digits, _ = _spellings(793.0)
+    assert any(re.search(rf"(?<![\w.]){re.escape(t)}(?![\w]|\.\d)", "the answer is 793 subsets") for t in digits)
+
+
+# ------------------------------------------------------------------ the run check (issue 47, item 5)
+def test_the_run_check_refuses_runs_outside_the_submission_and_extra_parameters(tmp_path, monkeypatch):
+    sub = tmp_path / "submission"
+    d = sub / "runs" / "caffnet" / "r1"
+    d.mkdir(parents=True)
+    defaults = {k: p.default for k, p in get("caffnet", ROOT).parameters.items()}
+    res = {"chapter": "caffnet", "params": {**defaults, "scale": "smoke", "opt_ineq": 8},
+           "metrics": {"m": 0.5}, "claims": [{"id": "c", "verdict": "reproduced"}]}
+    (d / "results.json").write_text(json.dumps(res))
+    outside = tmp_path / "elsewhere" / "r2"
+    shutil.copytree(d, outside)
+    monkeypatch.chdir(sub)
+    lab_checks.check_run("runs/caffnet/r1", "caffnet", {"opt_ineq": 8}, "smoke", ["m"])
+    lab_checks.check_run(str(d), "caffnet", {"opt_ineq": 8}, "smoke", ["m"])  # absolute, but inside
+    for bad in (str(outside), "../elsewhere/r2", "runs/../../elsewhere/r2", "", "."):
+        assert lab_checks.run_results(bad, "caffnet") is None, bad
+        with pytest.raises(AssertionError):
+            lab_checks.check_run(bad, "caffnet", {"opt_ineq": 8}, "smoke", ["m"])
+    (sub / "link").symlink_to(outside)  # a link that leads out of the submission
+    assert lab_checks.run_results("link", "caffnet") is None
+    # an extra parameter: -p opt_steps 1
+    res["params"]["opt_steps"] = 1
+    (d / "results.json").write_text(json.dumps(res))
+    assert lab_checks.extra_parameters(res, "caffnet", {"opt_ineq": 8}) == ["opt_steps"]
+    with pytest.raises(AssertionError, match="parameters the exercise does not ask for"):
+        lab_checks.check_run("runs/caffnet/r1", "caffnet", {"opt_ineq": 8}, "smoke", ["m"])
+    # a parameter given at its default value is no change; without the book, `given` decides
+    res["params"]["opt_steps"] = defaults["opt_steps"]
+    assert lab_checks.extra_parameters(res, "caffnet", {"opt_ineq": 8}) == []
+    assert lab_checks.extra_parameters({**res, "given": {"opt_ineq": 8, "seed": 3, "scale": "smoke"}},
+                                       "no-such-chapter", {"opt_ineq": 8}) == ["seed"]
+
+
+def test_a_run_lands_where_the_labs_grader_looks(toy_book, tmp_path, monkeypatch):
+    """`minirepro run` in a lab's folder (outside the book) writes runs/ there, and
+    lab_checks.latest_run, run from that folder as the notebook is, finds it."""
+    from minirepro.cli import main
+
+    lab = tmp_path.parent / f"{tmp_path.name}-lab" / "student" / "toy"
+    lab.mkdir(parents=True)
+    monkeypatch.chdir(lab)
+    assert main(["run", "toy", "--scale", "smoke", "--quiet"]) == 0
+    found = lab_checks.latest_run("toy")
+    assert found is not None and (lab / found / "results.json").is_file()
+    assert not (toy_book / "runs").exists()
+    res = json.loads((lab / found / "results.json").read_text())
+    assert res["given"] == {"scale": "smoke"}
+    assert lab_checks.run_results(found, "toy") == res

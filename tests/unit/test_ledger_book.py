@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from minirepro import ledger
 from minirepro.book import inputs_hash
 from minirepro.chapters import get
+from minirepro.claims import ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def test_ledger_reads_entries_and_flags_stale_ones(toy_book):
     ledger.claims_path(ch, toy_book).write_text(json.dumps(entry))
     assert ledger.load()[0]["current"]
     md = ledger.markdown()
-    assert "a \\| b" in md and "**partly**" in md
+    assert "**partly**" in md and json.loads(ledger.markdown(fmt="json"))[0]["statement"] == "a | b"
     assert ledger.verdict_counts()["partly"] == 1
     assert "statement" in ledger.markdown(fmt="csv").splitlines()[0]
     assert json.loads(ledger.markdown(fmt="json"))[0]["verdict"] == "partly"
@@ -47,11 +47,16 @@ def test_ledger_reads_entries_and_flags_stale_ones(toy_book):
 
 
 def test_ledger_update_runs_the_chapter(toy_book):
+    from minirepro.claims import page
+    from minirepro.run import replicate
+
     _book_files(toy_book)
-    path = ledger.update("toy", scale="smoke")
+    path = replicate.update("toy", scale="smoke")
     entry = json.loads(path.read_text())
     assert entry["claims"][0]["id"] == "positive" and entry["notebook_sha"]
-    assert entry["cpu_seconds"] > 0 and "(CPU " in ledger.page_markdown()  # the cost without the load
+    assert entry["claims"][0]["run_verdict"] == entry["claims"][0]["verdict"]  # no replications yet
+    html = page.ledger_html(ledger.load(), {})
+    assert entry["cpu_seconds"] > 0 and "(CPU " in html  # the cost without the load
     assert ledger.papers()[0]["status"] == "chapter"  # paper 1 <-> 01-toy here
 
 
@@ -74,13 +79,16 @@ def test_plain_papermill_runs_a_chapter(toy_book, tmp_path):
 
 
 def test_ledger_page_groups_claims_by_chapter():
-    from minirepro.ledger import page_markdown
+    from html import escape
 
-    text = page_markdown(ROOT)
-    for entry in ledger.load(ROOT):
-        assert entry["title"] in text
+    from minirepro.claims import page
+
+    entries = ledger.load(ROOT)
+    text = page.ledger_html(entries, {})
+    for entry in entries:
+        assert escape(entry["title"]) in text
         for c in entry["claims"]:
-            assert f"**{c['verdict']}**" in text
+            assert page.anchor(c["id"]) in text and escape(c["statement"]) in text
 
 
 def test_ledger_page_keeps_checks_of_the_miniature_apart(toy_book):
@@ -97,12 +105,13 @@ def test_ledger_page_keeps_checks_of_the_miniature_apart(toy_book):
              "notebook_sha": ledger.notebook_sha(ch), "seeds": {"reported": [0, 1], "tuning": [9]},
              "claims": claims}
     ledger.claims_path(ch, toy_book).write_text(json.dumps(entry))
+    from minirepro.claims import page as ledger_page
+
     assert ledger.verdict_counts()["reproduced"] == 1  # the check is not counted as the paper's
     assert ledger.verdict_counts(kind="check")["reproduced"] == 1
-    page = ledger.page_markdown()
-    assert page.index("*The paper's claims*") < page.index("*Checks of the miniature*")
-    assert "| 2 | 1 | 0 | 0 | 1 | 1 (1) |" in page
-    assert "flagged: 1 seed(s)" in page and "tuning seeds [9]" in page
+    page = ledger_page.ledger_html(ledger.load(), {"toy": "Toy"})
+    assert page.index("The paper's claims") < page.index("Checks of the miniature")
+    assert "<td>2</td><td>1</td><td></td><td></td><td>1</td><td></td><td>1/1</td>" in page
 
 
 def test_code_sha_ignores_comments_but_not_code():
@@ -113,3 +122,32 @@ def test_code_sha_ignores_comments_but_not_code():
     assert ledger.code_sha("# T\n\n" + cell.format("steps = 6  # steps per run")) != base
     assert ledger.code_sha("# T\n\n" + cell.format("steps = '5 # not a comment'")) != base
     assert ledger.code_sha("# T\n\n" + cell.format("%time steps = 5")) != base  # magics: kept as text
+
+
+def test_a_withdrawn_record_is_not_testable_until_its_artifact_exists(toy_book):
+    """book/claims/withdrawn.yml: while an artifact the chapter needs is missing its claims are
+    not testable (cause substrate, the recorded verdict kept); a malformed entry is refused."""
+    import pytest
+
+    _book_files(toy_book)
+    ch = get("toy")
+    entry = {"chapter": "toy", "slug": "01-toy", "title": "t", "scale": "book", "notebook_sha": "old",
+             "claims": [{"id": "c", "statement": "s", "paper_value": "1", "measured": "2",
+                         "verdict": "reproduced", "rule": "r"},
+                        {"id": "k", "kind": "check", "statement": "s", "paper_value": "-",
+                         "measured": "2", "verdict": "reproduced", "rule": "r"}]}
+    ledger.claims_path(ch, toy_book).write_text(json.dumps(entry))
+    path = ledger.withdrawals_path(toy_book)
+    path.write_text("toy:\n  needs: [lm-book]\n  why: >-\n    the model it ran on is retired\n")
+    (e,) = ledger.load()
+    assert not e["current"] and e["withdrawn"]["missing"] == ["lm-book"]
+    paper, check = e["claims"]
+    assert paper["verdict"] == check["verdict"] == "not testable at this scale"
+    assert paper["recorded_verdict"] == "reproduced"
+    assert paper["why"] == {"cause": "substrate", "evidence": "the model it ran on is retired"}
+    assert check["why"] is None
+    assert ledger.summary()["causes"]["substrate"] == 1
+    assert ledger.rows()[0]["robustness"].startswith("withdrawn")
+    path.write_text("toy:\n  why: no artifact named\n")
+    with pytest.raises(ValueError, match="needs"):
+        ledger.load()

@@ -230,7 +230,7 @@ def test_every_preset_is_a_valid_config():
 def test_data_seed_draws_fresh_test_lines_from_the_same_generator():
     """None is the artifact corpus's test split; a data_seed gives other lines, deterministic,
     from the same fact table and copy pool, each with the answer its prompt implies."""
-    from minirepro.core.lm.corpus_v2 import FACTS, solve_v2
+    from minirepro.core.lm.corpus import FACTS, solve
     from minirepro.papers.memoryllm.experiment import test_split
 
     recorded = test_split(60)
@@ -242,6 +242,6 @@ def test_data_seed_draws_fresh_test_lines_from_the_same_generator():
     assert len({e.text for e in fresh} & {e.text for e in recorded if e.family == "copy"}) == 0
     assert [e.text for e in fresh] != [e.text for e in other]
     for e in fresh:
-        assert solve_v2(e) == e.answer
+        assert solve(e) == e.answer
         if e.family == "facts":
             assert FACTS[e.prompt.split()[-2]] == e.answer

@@ -335,7 +335,7 @@ def test_cost_helpers():
     with pytest.raises(ValueError, match="no tuning grid"):
         mocl.tune("joint", cfg)
     with pytest.raises(ValueError, match="unknown methods"):
-        mocl.run_experiment(["LwF"], cfg, [0])
+        mocl.run_experiment(cfg, ["LwF"])
 
 
 def test_seed_summary_top_share_ratios_and_tuning_seed():

@@ -13,6 +13,16 @@ from minirepro.papers import model_dowser as md
 from minirepro.papers.model_dowser.data import N_VIS, SEQ
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One torch thread, as the chapter runs (set_seed): on a loaded 2-core machine two threads
+    make these many small backward passes some 40 times slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _mlp(seed: int = 0):
     torch.manual_seed(seed)
     return nn.Linear(5, 7), nn.Linear(7, 6)
@@ -52,6 +62,117 @@ def test_dowser_scores_match_the_exact_formula_on_a_small_network():
     exact = lin1.weight.detach().abs() * (jnorm.T @ x[:, 0].abs()) / 4
     got = md.dowser_scores(forward, {"lin1": lin1}, 3000, torch.Generator().manual_seed(0))["lin1"]
     torch.testing.assert_close(got, exact, rtol=0.08, atol=1e-5)
+
+
+class _TwoPath(nn.Module):
+    """A toy with the chapter's shape: an "image" path (``proj``, used only by prompts with an
+    image, like the projector) added to the token path, then ``lin1`` -> tanh -> ``lin2``,
+    pooled over T positions into V outputs per prompt."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.proj, self.lin1, self.lin2 = nn.Linear(3, 5), nn.Linear(5, 7), nn.Linear(7, 6)
+
+    def head(self, z):                      # lin1's output (B, T, 7) -> outputs (B, 6)
+        return self.lin2(torch.tanh(z)).mean(1)
+
+    def forward(self, x, img=None):
+        h = x if img is None else x + self.proj(img)
+        return self.head(self.lin1(h))
+
+
+def _exact_scores(net: _TwoPath, batches) -> dict[str, torch.Tensor]:
+    """Eq. (model-dowser-eq-score) from exact Jacobians (``torch.func.jacrev``), prompt by prompt,
+    averaged over every prompt of every batch that passes through the layer."""
+    acc = {"proj": [], "lin1": []}
+    for x, img in batches:
+        for n in range(len(x)):
+            h = x[n] if img is None else x[n] + net.proj(img[n])
+            z1 = net.lin1(h).detach()
+            j1 = torch.func.jacrev(lambda z: net.head(z[None])[0])(z1)       # (V, T, 7)
+            jn = j1.pow(2).sum(0).sqrt().mean(0)                               # ||J_i|| pooled over T
+            acc["lin1"].append(torch.outer(jn, h.detach().abs().mean(0)))
+            if img is not None:
+                zp = net.proj(img[n]).detach()
+                xn = x[n]
+                jp = torch.func.jacrev(lambda z, xn=xn: net.head(net.lin1(xn + z)[None])[0])(zp)  # (V, T, 5)
+                acc["proj"].append(torch.outer(jp.pow(2).sum(0).sqrt().mean(0), img[n].abs().mean(0)))
+    return {k: getattr(net, k).weight.detach().abs() * torch.stack(v).mean(0) for k, v in acc.items() if v}
+
+
+def _batches(gen):
+    """Three batches as the chapter's probes: two with images, then a text-only one (last)."""
+    return [(torch.randn(3, 4, 5, generator=gen), torch.randn(3, 4, 3, generator=gen)),
+            (torch.randn(2, 4, 5, generator=gen), torch.randn(2, 4, 3, generator=gen)),
+            (torch.randn(4, 4, 5, generator=gen) * 3, None)]
+
+
+def test_dowser_scores_over_several_batches_match_the_exact_score_over_all_prompts():
+    """The score is a mean over every probe prompt: run over three batches (the layer hooked once
+    per batch, the projector-like layer only on the first two), it must match the exact score
+    over all nine prompts, and not the score of the last batch alone."""
+    net = _TwoPath(1)
+    batches = _batches(torch.Generator().manual_seed(2))
+
+    def forward():
+        return torch.cat([net(x, img) for x, img in batches])
+
+    exact = _exact_scores(net, batches)
+    got = md.dowser_scores(forward, {"proj": net.proj, "lin1": net.lin1}, 4000, torch.Generator().manual_seed(0))
+    for k in ("proj", "lin1"):
+        torch.testing.assert_close(got[k], exact[k], rtol=0.06, atol=1e-6)
+    last = _exact_scores(net, batches[-1:])["lin1"]       # what a hook that overwrites would score
+    assert (last - exact["lin1"]).abs().max() > 0.3 * exact["lin1"].abs().max()
+    with_images = _exact_scores(net, batches[1:2])["proj"]  # the projector's last batch alone
+    assert (with_images - exact["proj"]).abs().max() > 0.1 * exact["proj"].abs().max()
+
+
+def test_dowser_scores_do_not_depend_on_how_the_prompts_are_batched():
+    """The same prompts in one batch or in three give the same scores (the same probes xi, drawn
+    over the concatenated outputs)."""
+    net = _TwoPath(4)
+    x = torch.randn(9, 4, 5, generator=torch.Generator().manual_seed(5))
+    layers = {"lin1": net.lin1, "lin2": net.lin2}
+    one = md.dowser_scores(lambda: net(x), layers, 16, torch.Generator().manual_seed(3))
+    three = md.dowser_scores(lambda: torch.cat([net(x[:2]), net(x[2:6]), net(x[6:])]), layers, 16,
+                             torch.Generator().manual_seed(3))
+    for k in layers:
+        torch.testing.assert_close(three[k], one[k], rtol=1e-5, atol=1e-8)
+
+
+def test_dowser_scores_of_the_model_on_its_probe_batches_use_every_batch():
+    """On the chapter's model and probes (three image batches, then text-only sums), a decoder
+    layer's score over all four batches is the prompt-weighted mean of its scores on each batch
+    alone, and the projector's the mean over the three image batches, up to Hutchinson noise."""
+    torch.manual_seed(0)
+    model = md.TinyMLLM(d=16, heads=2, layers=2, mlp=32, vis=8).eval()
+    probes = md.probe_batches(16, torch.Generator().manual_seed(0))
+    layers = {k: v for k, v in md.finetune_linears(model, "deep").items()
+              if k in ("projector", "blocks.1.qkv", "blocks.0.fc2")}
+
+    def scores(batches, seed, names):
+        return md.dowser_scores(lambda: torch.cat([model.logits(b) for b in batches]),
+                                {k: layers[k] for k in names}, 600, torch.Generator().manual_seed(seed))
+
+    every = scores(probes, 0, list(layers))
+    blocks = ["blocks.1.qkv", "blocks.0.fc2"]
+    alone = [scores([b], 1 + i, blocks + (["projector"] if i < 3 else [])) for i, b in enumerate(probes)]
+    sizes = [len(b) for b in probes]
+    for name in blocks:
+        want = sum(w * a[name] for w, a in zip(sizes, alone)) / sum(sizes)
+        torch.testing.assert_close(every[name], want, rtol=0.1, atol=1e-6)
+        assert not torch.allclose(every[name], alone[-1][name], rtol=0.1)  # not the text batch alone
+    want = sum(w * a["projector"] for w, a in zip(sizes[:3], alone[:3])) / sum(sizes[:3])
+    torch.testing.assert_close(every["projector"], want, rtol=0.1, atol=1e-6)
+    assert not torch.allclose(every["projector"], alone[2]["projector"], rtol=0.1)  # not the last image batch
+
+
+def test_dowser_scores_refuse_a_layer_the_forward_never_runs():
+    net = _TwoPath(0)
+    with pytest.raises(ValueError, match=r"never ran layers \['proj'\]"):
+        md.dowser_scores(lambda: net(torch.randn(2, 4, 5)), {"proj": net.proj, "lin1": net.lin1}, 2,
+                         torch.Generator().manual_seed(0))
 
 
 def test_masked_adamw_leaves_frozen_weights_bit_identical_and_is_adamw_otherwise():

@@ -1,4 +1,4 @@
-"""minirepro.results: claims are declared with a rule before they are settled."""
+"""minirepro.claims.results: claims are declared with a rule before they are settled."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from minirepro import results
-from minirepro.rules import Threshold
+from minirepro.claims import results
+from minirepro.claims.rules import Threshold
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +30,7 @@ def test_declare_then_settle_is_written_at_once(tmp_path):
     assert "0.512" in on_disk["claims"][0]["measured"]
     assert on_disk["metrics"] == {"x": 0.5}
     assert "c1: reproduced" in results.verdict_lines()
-    assert list(results.claims_table().columns) == ["claim", "paper", "measured here", "verdict", "rule"]
+    assert list(results.claims_table().columns) == ["claim", "paper", "measured here", "verdict", "rule", "id", "book"]
 
 
 def test_a_claim_is_settled_once_and_only_by_its_rule():

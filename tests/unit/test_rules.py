@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minirepro import results
-from minirepro.rules import (
+from minirepro.claims import results
+from minirepro.claims.rules import (
     NOT_REPRODUCED,
     NOT_TESTABLE,
     PARTLY,
@@ -154,7 +154,7 @@ def test_declare_seeds_refuses_overlap(tmp_path, monkeypatch):
 
 
 def test_noninferior_each_verdict_and_a_win_is_reproduced():
-    from minirepro.rules import NonInferior
+    from minirepro.claims.rules import NonInferior
     r = NonInferior("MSE", margin=0.02, higher_is_better=False, trivial_name="the RQ start")
     base = np.array([0.30, 0.31, 0.29, 0.30, 0.32])
     start = base + 0.2
@@ -170,3 +170,29 @@ def test_a_known_flag_is_kept_with_the_rule_s_own():
     c = results.declare_claim("qp", "A beats B.", "-", rule=B, n_seeds=1, flag="B sits at the optimum")
     assert c.flag.startswith("B sits at the optimum; 1 seed(s)")
     results.reset()
+
+
+def test_threshold_bootstrap_interval_stays_inside_the_range_of_a_share():
+    """A share per unit near 1 (coverage of 5 items per arena): the t interval of its mean leaves
+    [0, 1]; the percentile bootstrap stays inside, matches scipy's percentile bootstrap, decides
+    by its lower end, says not testable with one unit, and survives its spec."""
+    from scipy import stats as st
+
+    from minirepro.claims.rules import rule_from_spec
+
+    shares = np.array([1.0, 1.0, 0.8, 1.0, 1.0])
+    t_rule = Threshold("coverage", 0.85, "above", over="interval")
+    b_rule = Threshold("coverage", 0.85, "above", over="interval", interval="bootstrap")
+    assert t_rule.decide(shares).details["high"] > 1.0
+    out = b_rule.decide(shares)
+    assert 0.0 <= out.details["low"] <= out.details["high"] <= 1.0
+    ref = st.bootstrap((shares,), np.mean, confidence_level=0.95, method="percentile", n_resamples=4000,
+                       random_state=0).confidence_interval
+    assert out.details["low"] == pytest.approx(ref.low, abs=0.02)
+    assert out.verdict == ("reproduced" if out.details["low"] > 0.85 else "not reproduced")
+    assert Threshold("coverage", 0.7, "above", over="interval", interval="bootstrap").decide(shares).verdict == "reproduced"
+    assert b_rule.decide([0.9]).verdict == "not testable at this scale"
+    assert rule_from_spec(b_rule.spec()) == b_rule and "percentile-bootstrap" in b_rule.sentence()
+    assert rule_from_spec({k: v for k, v in t_rule.spec().items() if k != "interval"}) == t_rule  # old specs
+    with pytest.raises(ValueError, match="interval"):
+        Threshold("x", 1.0, interval="wilson")

@@ -1,4 +1,4 @@
-"""minirepro.runner: run folders, failed runs, sweeps, goldens (on a toy book)."""
+"""minirepro.run: run folders, failed runs, sweeps, goldens (on a toy book)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import nbformat
 import pytest
 
 from minirepro.chapters import ChapterError
-from minirepro.runner import RunFailed, expand_grid, make_golden, run_chapter, sweep
+from minirepro.goldens import make_golden
+from minirepro.run import RunFailed, expand_grid, run_chapter, sweep
 
 
 def test_run_writes_a_finished_folder(toy_book):
@@ -52,7 +53,7 @@ def test_a_failed_run_says_so_and_keeps_its_partial_notebook(toy_book):
 def test_cell_timeout_depends_on_the_scale_and_is_reported_plainly(toy_book, monkeypatch):
     """A smoke or book cell over the limit is a hang; a full-scale cell has no limit (ALI's
     full preset trains its models in one cell for more than 10 minutes)."""
-    from minirepro import runner
+    from minirepro.run import notebook as runner
 
     assert runner.cell_timeout("smoke") == runner.cell_timeout("book") == runner.CELL_TIMEOUT
     assert runner.cell_timeout("full") is None
@@ -67,7 +68,7 @@ def test_cell_timeout_depends_on_the_scale_and_is_reported_plainly(toy_book, mon
 
 
 def test_failure_line_is_the_exception_not_a_separator():
-    from minirepro.runner import failure_line
+    from minirepro.run import failure_line
 
     log = "Traceback (most recent call last):\n  File x\nValueError: bad n\n-------------------\n"
     assert failure_line(log, 600) == "ValueError: bad n"

@@ -13,8 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minirepro.core.lm import ModelV2Config, build_lm, ffn_activations, load_substrate
-from minirepro.core.lm.corpus_v2 import CorpusV2Config, build_corpus_v2, solve_v2
+from minirepro.core.lm import ModelConfig, build_lm, ffn_activations, load_substrate
+from minirepro.core.lm.corpus import CorpusConfig, build_corpus, solve
 from minirepro.papers.sparseinfer import (
     Config,
     budget,
@@ -47,11 +47,11 @@ from minirepro.papers.sparseinfer.protocol import full_set_mismatches, prefill_w
 warnings.filterwarnings("ignore", category=FutureWarning)
 SUB = load_substrate("smoke-opt")
 TOK = SUB.tokenizer
-CORPUS = build_corpus_v2(CorpusV2Config(n_train=10, n_val=10, n_test=40))
+CORPUS = build_corpus(CorpusConfig(n_train=10, n_val=10, n_test=40))
 
 
 def tiny(arch: str = "opt", seed: int = 3):
-    cfg = ModelV2Config(arch=arch, d_model=32, n_layers=3, n_heads=2, n_kv_heads=2 if arch == "opt" else 1,
+    cfg = ModelConfig(arch=arch, d_model=32, n_layers=3, n_heads=2, n_kv_heads=2 if arch == "opt" else 1,
                         d_ff=64, max_len=256)
     return build_lm(cfg, TOK, seed=seed)
 
@@ -215,7 +215,7 @@ def test_trace_items_hold_the_worked_trace_and_qa_items_the_answer():
         assert TOK.decode(it.prompt, skip_special_tokens=True).strip().endswith(".")
     for it, e in zip(qa_items(6), CORPUS.test[:6]):
         assert int(it.cont[-1]) == TOK.eos_token_id
-        assert TOK.decode(it.cont, skip_special_tokens=True).strip() == e.answer == solve_v2(e)
+        assert TOK.decode(it.cont, skip_special_tokens=True).strip() == e.answer == solve(e)
     with pytest.raises(ValueError, match="relay"):
         trace_example(CORPUS.test[0])
 

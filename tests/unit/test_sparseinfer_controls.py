@@ -97,10 +97,10 @@ def test_token_overlap_control_without_same_topic_pairs_is_nan():
 
 def test_fresh_prompts_work_with_a_token_weighted_corpus_config():
     """The book substrate's corpus weights its ten families; a subset of families must still draw prompts."""
-    from minirepro.core.lm.corpus_v2 import FAMILIES_V2, CorpusV2, CorpusV2Config
+    from minirepro.core.lm.corpus import FAMILIES, Corpus, CorpusConfig
     from minirepro.papers.sparseinfer.experiment import _prompts
 
-    cfg = CorpusV2Config(n_train=10, n_val=10, n_test=10,
-                         train_weights=tuple(float(i + 1) for i in range(len(FAMILIES_V2))))
-    items = _prompts(CorpusV2(cfg), ("trace", "copy"), 6, seed=3)
+    cfg = CorpusConfig(n_train=10, n_val=10, n_test=10,
+                         train_weights=tuple(float(i + 1) for i in range(len(FAMILIES))))
+    items = _prompts(Corpus(cfg), ("trace", "copy"), 6, seed=3)
     assert [e.family for e in items] == ["trace", "copy"] * 3

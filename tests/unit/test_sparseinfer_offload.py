@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from minirepro.core.lm import ModelV2Config, build_lm, load_substrate
+from minirepro.core.lm import ModelConfig, build_lm, load_substrate
 from minirepro.papers.sparseinfer import Config, ffn_blocks, sliced_ffn
 from minirepro.papers.sparseinfer.offload import (
     decode_inputs,
@@ -29,7 +29,7 @@ TOK = load_substrate("smoke-opt").tokenizer
 
 
 def tiny(arch: str = "opt"):
-    cfg = ModelV2Config(arch=arch, d_model=32, n_layers=3, n_heads=2, n_kv_heads=2 if arch == "opt" else 1,
+    cfg = ModelConfig(arch=arch, d_model=32, n_layers=3, n_heads=2, n_kv_heads=2 if arch == "opt" else 1,
                         d_ff=64, max_len=256)
     return build_lm(cfg, TOK, seed=5)
 

@@ -429,3 +429,54 @@ def test_misspecified_voters_move_the_votes_as_stated():
     assert np.abs(emp[off] - 0.5).max() < np.abs(S[off] - 0.5).max()  # opposite halves cancel
     with pytest.raises(ValueError):
         voters.Misspec(minority_share=0.3)
+
+
+# ---------------------------------------------------------------- named ranges of both scopes; seed streams
+
+@pytest.mark.parametrize("n_book,n_sheet", [(1, 0), (0, 1), (1, 2), (2, 3)])
+def test_named_ranges_count_workbook_and_sheet_scoped_names(n_book, n_sheet):
+    """n_named_ranges counts every defined name, workbook- and sheet-scoped (the same name may
+    exist in both scopes), checked against the <definedName> elements of the saved xl/workbook.xml."""
+    import re
+    import zipfile
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "Calc"
+    ws["A1"], ws["A2"] = 1, 2
+    for i in range(n_book):
+        wb.defined_names[f"Rate{i}"] = DefinedName(f"Rate{i}", attr_text="Calc!$A$1")
+    for i in range(n_sheet):
+        name = "Rate0" if i == 0 else f"Local{i}"  # a sheet-scoped name shadowing a workbook one
+        ws.defined_names[name] = DefinedName(name, attr_text="Calc!$A$2")
+    data = _save(wb)
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        xml = zf.read("xl/workbook.xml").decode()
+    ref = len(re.findall(r"<definedName\b", xml))
+    scoped = len(re.findall(r"<definedName\b[^>]*localSheetId=", xml))
+    assert (ref, scoped) == (n_book + n_sheet, n_sheet)
+    assert extract_features(data)["n_named_ranges"] == ref
+
+
+def test_seed_streams_are_independent_across_base_seeds():
+    """Each use of a seed has its own stream: no base seed's coverage, widths or misspecified
+    stream coincides with another base seed's arena (base seeds 1000 apart, as the replications)."""
+    from minirepro.papers.spreadsheet_arena import experiment as E
+
+    draws = {}
+    for base in (0, 1000, 2000, 3000, 5000, 6000):
+        draws[("arena", base)] = E.seeded(base).random(4).tolist()
+        for name, k in E.STREAMS.items():
+            draws[(name, base)] = E.seeded(base, k).random(4).tolist()
+    values = [tuple(v) for v in draws.values()]
+    assert len(set(values)) == len(values)
+    assert E.seeded(7, 1).random() == E.seeded(7, 1).random()
+
+
+def test_misspecified_arenas_follow_the_config():
+    from minirepro.papers.spreadsheet_arena import experiment as E
+
+    assert E.Config(seed=7, n_misspec=3).misspec_seeds == [7, 8, 9]
+    assert E.Config.preset("book").n_misspec >= 20  # the coverage test's power needs them
+    with pytest.raises(ValueError, match="n_misspec"):
+        E.Config(n_misspec=0)

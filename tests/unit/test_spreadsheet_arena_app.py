@@ -343,3 +343,57 @@ def test_store_pairing_caps_and_old_database_migration(tmp_path):
         s.record_vote("old", "tie")
     with pytest.raises(ValueError):
         VoteStore(db, pairing_ttl_s=0)
+
+
+# ---------------------------------------------------------------- sessions behind one address (issue 50)
+
+def test_store_owner_votes_address_ceiling_and_repeat_votes(tmp_path):
+    from minirepro.papers.spreadsheet_arena.store import AlreadyVoted, NotYourBattle, UnknownBattle
+
+    s = VoteStore(tmp_path / "o.sqlite", max_open_per_client=3, max_open_per_address=5)
+    mine = [s.new_pairing(f"p{i}", "c", "gen-a", "gen-b", client="session:a", address="10.0.0.1")
+            for i in range(4)]
+    assert s.n_open(client="session:a") == 3  # a session keeps its 3 newest
+    theirs = [s.new_pairing(f"q{i}", "c", "gen-a", "gen-b", client=f"session:{i}", address="10.0.0.1")
+              for i in range(4)]
+    assert s.n_open(address="10.0.0.1") == 5 and s.n_open() == 5  # the address's 5 newest
+    s.new_pairing("r", "c", "gen-a", "gen-b", client="session:z", address="10.0.0.2")
+    assert s.n_open(address="10.0.0.2") == 1 and s.n_open() == 6  # another address is apart
+    for gone in mine[:3]:  # mine[0] to its session's cap, then two to the address's ceiling
+        with pytest.raises(UnknownBattle, match="unknown or expired"):
+            s.record_vote(gone, "tie", client="session:a")
+    with pytest.raises(NotYourBattle):
+        s.record_vote(theirs[-1], "tie", client="session:a")
+    with pytest.raises(NotYourBattle):
+        s.record_vote(theirs[-1], "tie", client="10.0.0.1")
+    assert s.record_vote(theirs[-1], "model_b", client="session:3").model_b == "gen-b"
+    with pytest.raises(AlreadyVoted) as again:
+        s.record_vote(theirs[-1], "model_b", client="session:3")
+    assert again.value.winner == "model_b" and again.value.pairing.token == theirs[-1]
+    with pytest.raises(NotYourBattle):  # who may not vote learns nothing about the vote
+        s.record_vote(theirs[-1], "model_b", client="session:a")
+    assert s.record_vote(mine[-1], "tie").model_a == "gen-a"  # no client given: not checked
+    assert s.n_votes() == 2
+    with pytest.raises(ValueError):
+        VoteStore(tmp_path / "o.sqlite", max_open_per_address=0)
+
+
+def test_cached_sides_make_the_same_page_as_pair_html():
+    from collections import Counter
+
+    from minirepro.papers.spreadsheet_arena.app import _rendered, pair_page
+    from minirepro.papers.spreadsheet_arena.render import pair_html
+
+    p = PROMPTS[0]
+    data = {g.name: g.generate(p, 0) for g in GENS[:2]}
+    calls = Counter()
+
+    def workbook(prompt, name):
+        calls[name] += 1
+        return data[name]
+
+    side = _rendered(workbook, threading.Lock())
+    a, b = list(data)
+    assert pair_page(p.text, side(p, a, "A"), side(p, b, "B")) == pair_html(data[a], data[b], p.text)
+    assert pair_page(p.text, side(p, b, "A"), side(p, a, "B")) == pair_html(data[b], data[a], p.text)
+    assert calls == Counter({a: 1, b: 1})  # each workbook rendered once, for either side

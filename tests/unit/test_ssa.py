@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.linalg
 import torch
@@ -266,6 +267,68 @@ def test_training_lowers_infonce_and_the_rank_bottleneck_holds():
 
 def test_experiment_refuses_unknown_data_sets_and_no_seeds():
     with pytest.raises(ValueError, match="datasets"):
-        ssa.run_experiment(ssa.Config(datasets=("cifar",)), [0])
-    with pytest.raises(ValueError, match="at least one seed"):
-        ssa.run_experiment(ssa.Config(), [])
+        ssa.run_experiment(ssa.Config(datasets=("cifar",)))
+    with pytest.raises(ValueError, match="n_seeds must be >= 1"):
+        ssa.Config(n_seeds=0)
+
+
+def _runs_table() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    rows = []
+    for arm, shift in (("CLIP", 0.0), ("gap penalty", 5.0), ("SSA", 0.3), ("SSP", 100.0)):
+        for phi in (0.0, 90.0):
+            for seed in range(4):
+                a = rng.normal()
+                rows.append({"data": "synthetic", "arm": arm, "phi": phi, "seed": seed, "alignment": shift + a,
+                             "R@1": 10 * shift + phi + 0.5 * a + 0.1 * rng.normal(),
+                             "gap (deg)": phi + shift + rng.normal(), "phi_min (deg)": phi / 2})
+    return pd.DataFrame(rows)
+
+
+def test_within_cells_centres_each_arm_and_angle_and_leaves_out_post_hoc_arms():
+    runs = _runs_table()
+    cells = ssa.within_cells(runs, ["alignment", "R@1", "gap (deg)"])
+    assert len(cells) == 3 * 2 * 4  # SSP is not a trained arm
+    sel = runs[runs["arm"] != "SSP"].sort_values(["arm", "phi", "seed"])
+    for (arm, phi), grp in sel.groupby(["arm", "phi"]):
+        idx = np.flatnonzero(((sel["arm"] == arm) & (sel["phi"] == phi)).to_numpy())
+        np.testing.assert_allclose(cells["R@1"].to_numpy()[idx], grp["R@1"] - grp["R@1"].mean())
+    # the arms' and angles' own levels (shift, phi) are gone: only the seeds' variation is left
+    assert abs(np.corrcoef(cells["alignment"], cells["R@1"])[0, 1]) > 0.9
+    assert np.corrcoef(runs["alignment"], runs["gap (deg)"])[0, 1] > 0.5
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        ssa.within_cells(runs[runs["seed"] == 0], ["R@1"])
+
+
+def test_partial_residuals_give_the_textbook_partial_correlation():
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=300)
+    x, y = z + rng.normal(size=300), 2 * z + 0.5 * rng.normal(size=300)
+    px, py = ssa.partial_residuals(x, y, z)
+    r = np.corrcoef([x, y, z])
+    expect = (r[0, 1] - r[0, 2] * r[1, 2]) / np.sqrt((1 - r[0, 2] ** 2) * (1 - r[1, 2] ** 2))
+    assert np.corrcoef(px, py)[0, 1] == pytest.approx(expect, abs=1e-10)
+    with pytest.raises(ValueError, match="aligned"):
+        ssa.partial_residuals(x, y[:-1], z)
+
+
+def test_theorem_table_compares_the_gap_with_both_angles():
+    t = ssa.theorem_table(_runs_table())
+    assert list(t.index) == [0, 1, 2, 3]
+    gap = t[["gap at 0", "gap at 90"]].to_numpy()
+    np.testing.assert_allclose(t["mean |gap - phi|"], np.abs(gap - [0.0, 90.0]).mean(1))
+    np.testing.assert_allclose(t["mean |gap - phi_min|"], np.abs(gap - [0.0, 45.0]).mean(1))
+
+
+def test_result_table_formats_every_number_and_never_shows_nan():
+    runs = _runs_table().assign(**{"pair cosine": 0.5, "zero-shot": np.nan})
+    runs.loc[runs["arm"] == "CLIP", "zero-shot"] = 0.8364
+    t = ssa.result_table(ssa.summary(runs, ["gap (deg)", "phi_min (deg)", "alignment", "pair cosine", "R@1",
+                                            "zero-shot"]), "synthetic")
+    assert t.index.names == ["φ", "arm"] and "0-shot" in t.columns
+    cells = t.to_numpy().ravel()
+    assert all(isinstance(c, str) and "nan" not in c for c in cells)
+    assert t.loc[("0°", "CLIP"), "0-shot"] == "0.836" and t.loc[("0°", "SSA"), "0-shot"] == "-"
+    assert all(c.endswith("°") or c == "-" for c in t["gap"])
+    with pytest.raises(KeyError, match="no rows"):
+        ssa.result_table(ssa.summary(runs, ["R@1"]), "digits")

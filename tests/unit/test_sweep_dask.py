@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from minirepro.runner import sweep
+from minirepro.run import sweep
 
 distributed = pytest.importorskip("distributed", reason="the cluster extra (dask[distributed])")
 

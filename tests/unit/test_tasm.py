@@ -398,3 +398,99 @@ def test_committed_spread_learner_verifies_and_reads_its_demonstrations():
     pre = model.prefill(shuf.demo_patches, shuf.demo_labels, "label-first")
     hit = model.answer(ep.query_patches, pre.kv, "label-first")[0].argmax(-1) == ep.query_label
     assert float(hit.float().mean()) < 0.3
+
+
+# --- the Latent Bank holds no token twice; the random gate; the calibrated delta ----------------
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bank_holds_only_dropped_originals_and_no_token_counts_twice(seed):
+    """Over several batches and budgets: every bank slot is an original that is neither a Core sink
+    nor merged into one (checked against the assignment recomputed by hand), the bank keeps the
+    score order among the dropped sources, and Core sizes plus bank originals never exceed T."""
+    torch.manual_seed(seed)
+    model = ICLTransformer().eval()
+    ep = data.make_episodes(6, 5, 1, seed)
+    pre = model.prefill(ep.demo_patches, ep.demo_labels, "image-first")
+    T = pre.is_label.numel()
+    for b, bank_size in ((9, 18), (17, 34), (30, 55)):
+        tc = tasm.tasm_compress(pre, b, bank_size, 0.5)
+        for li, kv in enumerate(pre.kv):
+            S = tasm.token_scores(kv, pre.attn[li], pre.is_label, li, len(pre.kv), 0.5)
+            order = S.argsort(1, descending=True)
+            sinks, sources = order[:, :b].sort(1).values, order[:, b:]
+            w = tasm.merge_weights(compress.flat_keys(kv), pre, sinks, sources)
+            assign = compress.bipartite_assign(w, tasm.SIM_THRESHOLD)
+            bank = tc.bank[li]
+            assert bank.k.shape[2] == min(bank_size, T - b)
+            for e in range(kv.k.shape[0]):
+                dropped = [int(t) for t, a in zip(sources[e], assign[e]) if a < 0]
+                want = dropped[:bank.k.shape[2]]
+                live = torch.isfinite(bank.logsize[e])
+                assert int(live.sum()) == len(want)
+                for slot, tok in enumerate(want):  # the bank slot is that original's key
+                    assert torch.equal(bank.k[e, :, slot], kv.k[e, :, tok])
+                core_mass = float(tc.core[li].size[e].sum())
+                assert core_mass + len(want) <= T + 1e-4
+                merged = {int(t) for t, a in zip(sources[e], assign[e]) if a >= 0}
+                assert not merged & set(want) and not set(sinks[e].tolist()) & set(want)
+
+
+def test_gate_ignores_empty_bank_slots():
+    kv = _kv(2, 2, 10, 4, 5)
+    bank = _kv(2, 2, 6, 4, 6)
+    empty = KV(bank.k, bank.v, bank.logsize.clone().fill_(float("-inf")))
+    q = torch.randn(2, 2, 3, 4, dtype=torch.float64)
+    mask = torch.ones(3, 10, dtype=torch.bool)
+    o, p = attend(q, kv.k, kv.v, kv.logsize, mask)
+    out, frac = tasm.Gate(top_m=3, delta=0.0).expand(q, kv.k, kv.v, kv.logsize, mask, empty, o, p, 10)
+    assert frac == 0.0 and torch.allclose(out, o)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_random_gate_opens_as_often_at_other_steps(seed):
+    """The random gate opens exactly as many (episode, token) steps as the divergence gate, at a
+    permutation of them, and where it opens its output is the expanded attention."""
+    g = torch.Generator().manual_seed(seed)
+    kv = _kv(8, 2, 10, 4, 100 + seed)
+    bank = _kv(8, 2, 6, 4, 200 + seed)
+    q = torch.randn(8, 2, 5, 4, dtype=torch.float64, generator=g)
+    mask = torch.ones(5, 10, dtype=torch.bool)
+    o, p = attend(q, kv.k, kv.v, kv.logsize, mask)
+    log = []
+    tasm.Gate(top_m=6, delta=0.0, log=log).expand(q, kv.k, kv.v, kv.logsize, mask, bank, o, p, 10)
+    delta = float(torch.quantile(log[0], 0.5))
+    js_out, js_frac = tasm.Gate(top_m=6, delta=delta).expand(q, kv.k, kv.v, kv.logsize, mask, bank, o, p, 10)
+    rnd = tasm.Gate(top_m=6, delta=delta, shuffle=torch.Generator().manual_seed(seed))
+    r_out, r_frac = rnd.expand(q, kv.k, kv.v, kv.logsize, mask, bank, o, p, 10)
+    assert js_frac == r_frac and 0 < js_frac < 1
+    full, _ = attend(q, torch.cat([kv.k, bank.k], 2), torch.cat([kv.v, bank.v], 2))
+    opened_r = ~torch.isclose(r_out, o).all(-1).all(1)  # (B, Q): where the random gate changed the output
+    opened_js = log[0].view(8, 5) > delta
+    assert int(opened_r.sum()) == int(opened_js.sum())
+    assert not torch.equal(opened_r, opened_js)  # other steps (for these draws)
+    assert torch.allclose(r_out[opened_r.nonzero(as_tuple=True)[0], :, opened_r.nonzero(as_tuple=True)[1]],
+                          full[opened_r.nonzero(as_tuple=True)[0], :, opened_r.nonzero(as_tuple=True)[1]])
+
+
+def test_calibrated_delta_opens_the_gate_at_the_target_rate_on_the_tuning_episodes():
+    """calibrate_delta's threshold opens the gate on gate_rate of the tuning steps; on fresh
+    episodes the open rate is near it; a bad rate or a gated method without delta is refused."""
+    from minirepro.papers.tasm.experiment import Config, calibrate_delta, compress_all
+
+    torch.manual_seed(0)
+    model = ICLTransformer().eval()
+    for rate in (0.3, 0.7):
+        cfg = Config(n_episodes=40, gate_rate=rate, tuning_seed=7)
+        cal = calibrate_delta(model, cfg, 0.1)
+        assert abs(cal["rate"] - rate) < 0.02
+        assert cal["quantiles"][0] <= cal["delta"] <= cal["quantiles"][2]
+        cfg.delta = cal["delta"]
+        ep = data.make_episodes(40, 5, 1, 1234, "test")
+        pre = model.prefill(ep.demo_patches, ep.demo_labels, "image-first")
+        c = compress_all(model, pre, [], 0.1, cfg, 0, ("TASM",))["TASM"]
+        _, info = model.answer(ep.query_patches, c["cache"], "image-first", c["bank"], c["gate"])
+        assert abs(float(np.mean(info["open"])) - rate) < 0.2
+    with pytest.raises(ValueError, match="gate_rate"):
+        Config(gate_rate=1.0)
+    with pytest.raises(ValueError, match="calibrate"):
+        compress_all(model, pre, [], 0.1, Config(), 0, ("TASM",))

@@ -416,7 +416,7 @@ def test_logistic_vs_dpo_on_a_tiny_experiment():
 
     cfg = Config.preset("smoke", n_tokens=4, horizon=4, steps=2, fit_steps=5, n_pairs=64, n_eval=16,
                         eval_every=2, methods=("DPO", "TBPO-A"))
-    ex = run_experiment(cfg, seed=0)
+    ex = run_experiment(cfg)
     eq = logistic_vs_dpo(ex, n=32)
     assert eq["n_pairs"] == 32 and eq["loss"] < 1e-12 and eq["grad"] < 1e-6
     per = per_seed(ex.evals)

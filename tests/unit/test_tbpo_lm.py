@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minirepro.core.lm import load_substrate
-from minirepro.core.lm.corpus_v2 import TOPICS
+from minirepro.core.lm.corpus import TOPICS
 from minirepro.papers.tbpo import lm_setting as S
 from minirepro.papers.tbpo import losses as L
 from minirepro.papers.tbpo.analysis import paired
@@ -24,7 +24,7 @@ OTHER = sorted(S.topic_vocabulary("forest") - S.topic_vocabulary("ocean"))
 
 @pytest.fixture(scope="module")
 def lm():
-    """The shipped smoke substrate (artifact lm-v2-smoke; loaded, never trained)."""
+    """The shipped smoke substrate (artifact lm-smoke; loaded, never trained)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield load_substrate("smoke")
@@ -312,11 +312,11 @@ def test_model_name_runs_a_saved_checkpoint_offline(lm, tmp_path, monkeypatch):
     lm.model.save_pretrained(tmp_path)
     lm.tokenizer.save_pretrained(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    cfg = _cfg(n_pairs=16, steps=2, n_eval=4, eval_every=2, n_prompts=2, model_name=str(tmp_path))
-    ex = S.run_lm_experiment(cfg, [3])
+    cfg = _cfg(n_pairs=16, steps=2, n_eval=4, eval_every=2, n_prompts=2, model_name=str(tmp_path), seed=3)
+    ex = S.run_lm_experiment(cfg)
     assert ex.sub.model_name == str(tmp_path)
     assert sorted(ex.evals["step"].unique()) == [0, 2] and set(ex.evals["method"]) == set(cfg.methods)
-    shipped = S.run_lm_experiment(_cfg(n_pairs=16, steps=2, n_eval=4, eval_every=2, n_prompts=2), [3])
+    shipped = S.run_lm_experiment(_cfg(n_pairs=16, steps=2, n_eval=4, eval_every=2, n_prompts=2, seed=3))
     cols = ["reward", "kl_ref", "length"]
     np.testing.assert_allclose(ex.evals[cols].to_numpy(), shipped.evals[cols].to_numpy(), rtol=1e-5, atol=1e-6)
 

@@ -25,7 +25,9 @@ def resolve_scale(scale: str | None = None) -> str:
 class ScaledConfig:
     """Base for a chapter's config: subclasses declare fields and ``PRESETS``.
 
-    ``PRESETS`` maps a scale to the field values that differ from the defaults::
+    Every config has ``seed`` (the base seed, a notebook parameter like every field) and
+    ``seeds`` (the seeds it runs). ``PRESETS`` maps a scale to the field values that differ
+    from the defaults::
 
         @dataclass
         class Config(ScaledConfig):
@@ -34,6 +36,8 @@ class ScaledConfig:
 
         cfg = Config.preset("smoke", n_train=50)   # explicit values win
     """
+
+    seed: int = 0  # the base seed: a run's seeds are seed, seed + 1, ... (see ``seeds``)
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
     # Notebook parameters that choose what the page shows (which method is drawn up
@@ -54,7 +58,18 @@ class ScaledConfig:
                 raise TypeError(f"{cls.__name__} has no field {key!r}; fields: {', '.join(sorted(names))}")
             if value is not None:
                 values[key] = value
-        return cls(**values)
+        cfg = cls(**values)
+        from minirepro.core.seed import check_seed
+
+        check_seed(cfg.seed)
+        return cfg
+
+    @property
+    def seeds(self) -> list[int]:
+        """The seeds this config runs: ``seed .. seed + n_seeds - 1`` when it has ``n_seeds``,
+        else ``[seed]`` (the one place a chapter's seed list is made)."""
+        n = getattr(self, "n_seeds", None)
+        return list(range(self.seed, self.seed + int(n))) if n else [self.seed]
 
     @classmethod
     def from_params(cls, namespace: dict[str, Any], scale: str | None = None) -> Self:

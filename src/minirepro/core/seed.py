@@ -27,6 +27,19 @@ def threads_from_env() -> int:
     return n
 
 
+SEED_RANGE = (0, 2**32 - 1)  # what numpy's and torch's seeding accept
+
+
+def check_seed(seed: object, name: str = "seed") -> int:
+    """``seed`` as an int in :data:`SEED_RANGE`, or a one-line ``ValueError``: the one seed
+    validation (notebook parameters, configs, :func:`set_seed` and the results record use it)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"{name} must be an int in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {seed!r}"[:160])
+    if not SEED_RANGE[0] <= int(seed) <= SEED_RANGE[1]:
+        raise ValueError(f"{name} must be an int in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {int(seed)}"[:160])
+    return int(seed)
+
+
 def set_seed(seed: int, threads: int | None = None, deterministic: bool = True,
              seed_torch: bool = True) -> np.random.Generator:
     """Seed Python, NumPy and torch, fix the thread count, and return a NumPy generator.
@@ -42,9 +55,7 @@ def set_seed(seed: int, threads: int | None = None, deterministic: bool = True,
     Returns:
         ``np.random.default_rng(seed)``, for code that takes an explicit generator.
     """
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    seed = int(seed)
+    seed = check_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     n_threads = threads if threads is not None else threads_from_env()

@@ -2,7 +2,7 @@
 
 One place for the arithmetic behind the book's verdicts, so every chapter computes
 "mean over seeds with a 95 % interval" the same way and every rule in
-:mod:`minirepro.rules` stands on the same tested functions.
+:mod:`minirepro.claims.rules` stands on the same tested functions.
 
 Conventions:
 

@@ -6,13 +6,13 @@ study, is trained once by a registered *recipe* and committed under
 
     from minirepro.core import artifacts
 
-    @artifacts.recipe("lm-v2-book", config=LMv2Recipe(), sources=("minirepro.core.lm.models",),
-                      description="the v2 substrate's book model")
-    def build_lm_v2_book(config, out: Path) -> artifacts.BuildResult:
+    @artifacts.recipe("lm-book", config=SubstrateRecipe(), sources=("minirepro.core.lm.models",),
+                      description="the LM substrate's book model")
+    def build_lm_book(config, out: Path) -> artifacts.BuildResult:
         ...  # write only *.safetensors, *.json, *.txt into `out`
         return artifacts.BuildResult(quality={"val_loss": 1.2}, data_hash="...")
 
-    path = artifacts.load("lm-v2-book")   # a verified folder
+    path = artifacts.load("lm-book")   # a verified folder
 
 ``artifacts/<name>/MANIFEST.json`` records the config, a hash of the recipe's code
 (:func:`source_hash` over the recipe's own module and ``sources``), the data hash, the
@@ -49,6 +49,7 @@ from minirepro.core.artifacts.recipes import (
                                             Recipe,
                                             get,
                                             recipe,
+                                            recipe_modules,
                                             registry,
                                             unregister,
 )
@@ -62,20 +63,10 @@ from minirepro.core.artifacts.store import (
 )
 from minirepro.core.sourcehash import source_hash
 
-# Modules that register recipes when imported; registry() imports them all, so
-# `minirepro artifacts list` sees every recipe. Recipe authors: append yours here.
-RECIPE_MODULES: tuple[str, ...] = (
-    "minirepro.papers.ali.artifact",
-    "minirepro.core.lm.recipes",
-    "minirepro.core.lm.recipes_opt",
-    "minirepro.core.lm.recipes_smoke_opt",
-    "minirepro.papers.active_o3.artifact",
-    "minirepro.papers.tasm.artifact",
-    "minirepro.papers.tasm.spread_artifact",
-    "minirepro.papers.model_dowser.artifact",
-    "minirepro.papers.memoryllm.artifact",
-    "minirepro.papers.rq_moe.artifact",
-)
+# Modules that register recipes when imported: the entry points of the group
+# "minirepro.artifacts" (pyproject.toml), which the papers fill; registry() imports them
+# all, so `minirepro artifacts list` sees every recipe. core names no paper module.
+RECIPE_MODULES: tuple[str, ...] = recipe_modules()
 
 __all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",
            "ArtifactError", "ArtifactWarning", "BuildResult", "Recipe", "artifacts_root", "build",

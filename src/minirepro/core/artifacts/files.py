@@ -8,22 +8,12 @@ import os
 from pathlib import Path
 
 from minirepro.core.artifacts.recipes import ArtifactError
+from minirepro.core.paths import ARTIFACTS_ENV, artifacts_root  # noqa: F401 - re-exported
 
-ARTIFACTS_ENV = "MINIREPRO_ARTIFACTS"
 MANIFEST = "MANIFEST.json"
 MANIFEST_FORMAT = 1
 ALLOWED_SUFFIXES = (".safetensors", ".json", ".txt")
 BUDGET_BYTES = 40 * 1024 * 1024  # all committed artifacts together
-
-
-def artifacts_root() -> Path:
-    """``$MINIREPRO_ARTIFACTS`` if set, else ``artifacts/`` at the repository root."""
-    env = os.environ.get(ARTIFACTS_ENV)
-    if env:
-        return Path(env).expanduser().resolve()
-    from minirepro.chapters import repo_root
-
-    return repo_root() / "artifacts"
 
 
 def cache_dir() -> Path:

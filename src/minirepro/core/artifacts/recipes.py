@@ -90,7 +90,7 @@ def recipe(name: str, *, config: object = None,
     """Register the decorated function as the recipe of artifact ``name``.
 
     Args:
-        name: lowercase words joined by ``-`` (``"lm-v2-book"``).
+        name: lowercase words joined by ``-`` (``"lm-book"``).
         config: a dataclass instance (or a mapping), passed to the function and
             recorded in the manifest; :func:`verify` compares it with the manifest.
         sources: modules (dotted names or module objects) whose code the artifact
@@ -120,6 +120,17 @@ def recipe(name: str, *, config: object = None,
 def unregister(name: str) -> None:
     """Forget a recipe (tests register throwaway ones)."""
     _REGISTRY.pop(name, None)
+
+
+ENTRY_POINT_GROUP = "minirepro.artifacts"
+
+
+def recipe_modules() -> tuple[str, ...]:
+    """The modules that register recipes: the installed package's entry points of the group
+    ``minirepro.artifacts`` (``pyproject.toml``), sorted."""
+    from importlib.metadata import entry_points
+
+    return tuple(sorted({ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}))
 
 
 def registry() -> dict[str, Recipe]:

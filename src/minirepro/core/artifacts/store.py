@@ -246,4 +246,4 @@ def orphans(root: str | Path | None = None) -> list[str]:
     folder, known = resolve_root(root), registry()
     entries = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     return [f"{folder / e} is not made by any recipe; delete it, or list the module that "
-            f"registers its recipe in artifacts.RECIPE_MODULES" for e in entries if e not in known]
+            f"registers its recipe as an entry point of the group minirepro.artifacts (pyproject.toml)" for e in entries if e not in known]

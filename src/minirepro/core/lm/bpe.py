@@ -1,4 +1,4 @@
-"""The v2 tokenizer: byte-level BPE trained with ``tokenizers``, deterministic.
+"""The substrate tokenizer: byte-level BPE trained with ``tokenizers``, deterministic.
 
 Pre-tokenisation is GPT-2's idea with digits kept apart: a regex splits the text
 into pieces (`` word``, `` 7``, ``7``, `` .``) with the leading space inside the
@@ -25,7 +25,7 @@ suffixed symbols while it walks the word map, so their ids follow the random
 map order, the tie-breaks between equal-count pairs follow the ids, and two
 processes learn different merges (measured: three fresh processes, three
 different vocabularies, with the same ``PYTHONHASHSEED`` and one thread). The
-v2 tokenizer uses neither: spaces live inside byte-level pieces (``Ġword``),
+substrate tokenizer uses neither: spaces live inside byte-level pieces (``Ġword``),
 and the full byte alphabet is given up front, so all base ids are fixed. Two
 guards remain: ``tests/unit/test_lm_bpe.py`` trains in two fresh processes
 (different ``PYTHONHASHSEED``) and compares the ids, and the book models never

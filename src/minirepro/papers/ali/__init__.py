@@ -17,10 +17,12 @@ from minirepro.papers.ali.experiment import (
     Data,
     Pairs,
     Result,
+    TestSet,
     cross_scene_pairs,
     evaluate,
     evaluate_seed,
     make_data,
+    make_test_set,
     material_table,
     per_seed,
     run_experiment,
@@ -69,6 +71,7 @@ from minirepro.papers.ali.train import (
     set_trainable,
     train_seed,
     train_stage,
+    training_scenes,
 )
 
 __all__ = [
@@ -95,6 +98,7 @@ __all__ = [
     "PriorEncoder",
     "Relighter",
     "Result",
+    "TestSet",
     "SELF_SUP",
     "SHAPES",
     "STAGES",
@@ -107,6 +111,7 @@ __all__ = [
     "li_loss",
     "linear_probe",
     "make_data",
+    "make_test_set",
     "make_scenes",
     "material_index",
     "n_params",
@@ -127,6 +132,7 @@ __all__ = [
     "train_prior",
     "train_seed",
     "train_stage",
+    "training_scenes",
 ]
 
 # Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).

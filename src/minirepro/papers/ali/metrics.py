@@ -70,12 +70,14 @@ def psnr(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e-10) -> torch.
     return 10 * torch.log10(1.0 / (mse(pred, target) + eps))
 
 
-def region_metrics(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+def region_metrics(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor,
+                   ssim_full: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """§5 metrics inside a region: RMSE, PSNR (dB) and SSIM per image ``(N,)``.
 
     ``mask`` (N, H, W) boolean selects the region's pixels; SSIM averages the SSIM map
     over the region's pixels away from the 3-pixel border. An image without a pixel of
-    the region gets NaN.
+    the region gets NaN. ``ssim_full``: ``ssim_map(pred, target)`` when the caller has it
+    already (several regions of one prediction share it).
     """
     _pair(pred, target)
     if mask.shape != (pred.shape[0], *pred.shape[-2:]):
@@ -86,7 +88,8 @@ def region_metrics(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor)
     err = (sq * m).sum((1, 2)) / count
     r = (WIN - 1) // 2
     inner = m[:, r:-r, r:-r]
-    s = (ssim_map(pred, target).double() * inner).sum((1, 2)) / inner.sum((1, 2))
+    full = ssim_map(pred, target) if ssim_full is None else ssim_full
+    s = (full.double() * inner).sum((1, 2)) / inner.sum((1, 2))
     nan = torch.full_like(err, float("nan"))
     err = torch.where(count > 0, err, nan)
     return {"rmse": err.sqrt().float(), "psnr": (10 * torch.log10(1.0 / (err + 1e-10))).float(),

@@ -4,7 +4,7 @@
 * Stage I: encoder and ``Proj`` train, the decoder is frozen (§4.1).
 * Stage II: only the decoder trains (§4.2).
 * Stage III: the decoder trains on pseudo-pairs from the unlabeled shifted domain,
-  mixed with labeled synthetic batches (§4.3). [The issue calls this "stage 2".]
+  mixed with labeled synthetic batches (§4.3).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from minirepro.core import progress, set_seed
 from minirepro.papers.ali.models import Relighter, rate_regulariser
 from minirepro.papers.ali.priors import PRIORS, train_prior
-from minirepro.papers.ali.render import SceneSet
+from minirepro.papers.ali.render import SceneSet, make_scenes
 
 ARMS: dict[str, str | None] = {"LI": None, "LI + semantic": "semantic", "ALI (dense)": "dense"}
 SELF_SUP = "ALI + self-sup."
@@ -143,6 +143,15 @@ def train_stage(model: Relighter, stage: str, data: torch.Tensor, steps: int, *,
     for p in model.parameters():
         p.requires_grad_(False)
     return losses
+
+
+def training_scenes(cfg, seed: int) -> tuple[SceneSet, SceneSet]:
+    """[reconstruction] The scenes the models train on: ``cfg.n_train`` labeled synthetic scenes,
+    each under ``cfg.n_lights`` lights of its own, and ``cfg.n_shifted`` unlabeled shifted-domain
+    images (one light each) for Stage III, drawn from ``seed``."""
+    train = make_scenes(cfg.n_train, cfg.n_lights, cfg.size, "synthetic", seed)
+    shifted = make_scenes(cfg.n_shifted, 1, cfg.size, "shifted", seed + 20_000)
+    return train, shifted
 
 
 def train_seed(cfg, train_set: SceneSet, shifted_set: SceneSet, seed: int) -> tuple[Models, dict[str, list[float]]]:

@@ -21,7 +21,11 @@ from .experiment import (
                        adversary_flag_rates,
                        adversary_shares,
                        benign_kendall,
+                       defence_seed,
                        evaluate,
+                       flag_rise,
+                       planted_updates,
+                       run_defences,
                        run_experiment,
                        run_seed,
 )
@@ -33,7 +37,7 @@ METHOD_MODULES = ("attack", "fedavg", "valuation", "defences")
 
 __all__ = ["ARMS", "DEFENCES", "EVALUATORS", "MAX_EXACT", "AttackResult", "Config", "Federation", "PCADecoder",
            "Results", "accuracy", "adversary_flag_rates", "adversary_shares", "all_masks", "banzhaf",
-           "benign_kendall", "clip_flags", "cosine_to_others", "craft_batch", "defence_report",
+           "benign_kendall", "clip_flags", "defence_seed", "flag_rise", "planted_updates", "run_defences", "cosine_to_others", "craft_batch", "defence_report",
            "evaluate", "exact_shapley", "fedavg_coalitions", "foolsgold_weights", "krum_flags", "krum_scores", "leave_one_out",
            "local_update", "make_federation", "monte_carlo_shapley", "norm_ratio", "per_class_accuracy",
            "plots", "real_batch", "run_experiment", "run_seed", "share", "target_classes"]

@@ -38,9 +38,19 @@ class Config(ScaledConfig):
     clip_factor: float = 2.0
     fg_threshold: float = 0.5
     krum_f: int = 1
+    n_defence_seeds: int = 25  # seeds of the defence study (grand coalition only: cheap)
+
+    def __post_init__(self) -> None:
+        if self.n_seeds < 1 or self.n_defence_seeds < 1:
+            raise ValueError(f"n_seeds and n_defence_seeds must be >= 1, got {self.n_seeds}, {self.n_defence_seeds}")
+
+    @property
+    def defence_seeds(self) -> list[int]:
+        """The defence study's seeds: ``seed .. seed + n_defence_seeds - 1``."""
+        return list(range(self.seed, self.seed + self.n_defence_seeds))
 
     PRESETS: ClassVar = {
-        "smoke": {"n_seeds": 1, "rounds": 10, "attack_steps": 40, "mc_permutations": 30},
+        "smoke": {"n_seeds": 1, "rounds": 10, "attack_steps": 40, "mc_permutations": 30, "n_defence_seeds": 4},
         "book": {},
-        "full": {"n_seeds": 10, "rounds": 60, "attack_steps": 200, "mc_permutations": 200},
+        "full": {"n_seeds": 10, "rounds": 60, "attack_steps": 200, "mc_permutations": 200, "n_defence_seeds": 30},
     }

@@ -8,7 +8,7 @@
 * ``models``: the networks of every method, training and test metrics.
 * ``qplayer``: the cvxpylayers projection layer the CAffine layer is timed against.
 * ``experiment``: the chapter's config and the runs over seeds (the verdicts are
-  decided by the rule objects of ``minirepro.rules`` in the notebook).
+  decided by the rule objects of ``minirepro.claims.rules`` in the notebook).
 """
 
 from minirepro.papers.caffnet import plots, qplayer  # noqa: E402
@@ -23,6 +23,7 @@ from minirepro.papers.caffnet.experiment import (
     hardnet_control,
     inference_times,
     per_seed,
+    results_table,
     rollouts,
     run_experiment,
     run_scenario,
@@ -110,6 +111,7 @@ __all__ = [
     "n_subsets",
     "output_layer",
     "per_seed",
+    "results_table",
     "predict",
     "project_polytope",
     "pwc_bounds",

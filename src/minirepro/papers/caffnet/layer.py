@@ -72,6 +72,14 @@ def _check_output(t: torch.Tensor, name: str, n: int, upcast: bool) -> torch.Ten
     t = _float64(t, name, upcast)
     if t.ndim != 2 or t.shape[1] != n:
         raise ValueError(f"{name} must have shape (B, n) with n={n}, got {tuple(t.shape)}")
+    bad = ~torch.isfinite(t).all(dim=1)
+    if bool(bad.any()):
+        rows = torch.nonzero(bad).flatten().tolist()
+        shown = ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
+        raise ValueError(
+            f"the network output {name} is not finite (NaN or inf) for {len(rows)} of {t.shape[0]} "
+            f"inputs (samples {shown}): no candidate can be checked against the constraints. The "
+            "network diverged or was given non-finite inputs; the constraints are not at fault.")
     return t
 
 

@@ -62,31 +62,118 @@ class Model(Protocol):
         ...
 
 
-_WORDS = {"same": ("same", "equal", "unchanged"),
-          "more": ("more", "longer", "larger", "bigger", "greater"),
-          "less": ("less", "fewer", "shorter", "smaller")}
+# Answer words [reconstruction]. Phrases are read before single words, so "no change" counts as
+# "same" and "no longer" is not "longer"; "higher"/"lower"/"taller" are left out on purpose (the
+# liquid's level is not its amount).
+_PHRASES: dict[str, tuple[str, ...]] = {
+    "same": ("neither more nor less", "did not change", "didn't change", "does not change",
+             "doesn't change", "has not changed", "hasn't changed", "not changed", "no change",
+             "stays the same", "remains the same"),
+    "": ("no longer", "any longer", "no more than", "no less than"),  # idioms that name no answer
+    "hedge": ("more or less",),  # "approximately": names both more and less, so never one answer
+}
+_WORDS: dict[str, tuple[str, ...]] = {
+    "same": ("same", "equal", "equally", "unchanged", "identical", "conserved"),
+    "more": ("more", "greater", "larger", "bigger", "longer", "increased", "increase", "increases"),
+    "less": ("less", "fewer", "smaller", "shorter", "decreased", "decrease", "decreases", "reduced"),
+}
+_NEGATION = re.compile(r"\b(?:not|never|no|neither|nor|isn't|aren't|wasn't|weren't|isnt|arent)\s+(?:\w+\s+)?$"
+                       r"|n't\s+(?:\w+\s+)?$", re.IGNORECASE)
+_WORD_OF = {w: a for a, ws in _WORDS.items() for w in ws}
+_OPTION_WORD = r"(?:the\s+)?(?P<word>" + "|".join(sorted(_WORD_OF, key=len, reverse=True)) + r")\b"
+# A letter in a frame: "answer is B", "Option B", "I choose (C)", "**B**". Upper case, or lower case
+# only when nothing word-like follows ("answer: c", never the article in "answer a question").
+_WRAP_L, _WRAP_R = r"[\s*_(\[\"']*", r"[*_)\]\"']*"
+_LETTER = (r"(?:(?P<up>(?-i:[ABC]))(?![\w'’])|(?P<low>(?-i:[abc]))(?=[*_)\]\"']*\s*(?:$|[.,;:!?\n])))")
+_STRONG = re.compile(
+    r"(?:\banswer(?:\s+(?:is|would\s+be|will\s+be|should\s+be))?|\boption|\bchoice"
+    r"|\bi\s+(?:would\s+)?(?:choose|pick|select|go\s+with)|\bi'd\s+(?:choose|pick|select|go\s+with))"
+    r"\s*[:=\-–—]?" + _WRAP_L + _LETTER + _WRAP_R, re.IGNORECASE)
+_STRONG_WORD = re.compile(r"\banswer(?:\s+(?:is|would\s+be|will\s+be|should\s+be)\s*:?|\s*[:=\-–—])"
+                          + _WRAP_L + _OPTION_WORD, re.IGNORECASE)
+_WEAK = re.compile(
+    r"(?:\bit\s+is|\bit's|\bthat\s+is|\bthat's|\bwould\s+be|\bi\s+(?:would\s+)?say|\bi'd\s+say)"
+    r"\s*[:\-–—]?" + _WRAP_L + r"(?P<up>(?-i:[ABC]))" + _WRAP_R
+    + r"(?=\s*(?:$|[.,;:!?\n]|[-–—(]|\s" + _OPTION_WORD + r"))", re.IGNORECASE)
+_ALONE = re.compile(r"\s*" + _WRAP_L + r"(?P<letter>[ABCabc])" + _WRAP_R
+                    + r"\s*(?:[.:)\-–—]\s*(?P<rest>.*))?\s*$", re.DOTALL)
+_OTHER_LETTER = re.compile(r"(?<![\w'])[ABC](?![\w'])|\(\s*[abcABC]\s*\)")
+_MARKER = re.compile(r"\(\s*(?P<letter>[ABC])\s*\)|\*\*\s*\(?(?P<bold>[ABC])\)?[.:]?\s*\*\*")
+
+
+def _word_answers(text: str) -> set[str]:
+    """The answers whose words occur in ``text``, not negated ("not longer", "isn't the same")."""
+    low = " " + " ".join(text.lower().replace("’", "'").split()) + " "
+    found: set[str] = set()
+    for ans, phrases in _PHRASES.items():
+        for ph in phrases:
+            if re.search(rf"\b{re.escape(ph)}\b", low):
+                found |= {"more", "less"} if ans == "hedge" else {ans} if ans else set()
+                low = re.sub(rf"\b{re.escape(ph)}\b", " ", low)
+    for m in re.finditer(r"\b(" + "|".join(_WORD_OF) + r")\b", low):
+        if not _NEGATION.search(low[max(0, m.start() - 30):m.start()]):
+            found.add(_WORD_OF[m.group(1)])
+    return found
+
+
+def _after_agrees(text: str, end: int, answer: str) -> bool:
+    """False when the words right after a letter name another answer ("B) less" with B = more)."""
+    m = re.match(r"[\s*_)\].:,\-–—]*" + _OPTION_WORD, text[end:], flags=re.IGNORECASE)
+    return m is None or _WORD_OF[m.group("word").lower()] == answer
 
 
 def parse_response(text: str, options: Sequence[str]) -> str:
-    """§3 (scoring): rule-based match of a free-text response to an answer, else ``"FAIL"``.
+    """§3 (scoring) [reconstruction]: rule-based match of a free-text response to an answer, else ``"FAIL"``.
 
-    In order: an ``Answer: X`` line (the last one), a response that is only a letter
-    (``"B"``, ``"(B)"``, ``"B."``), then answer words (same/equal, more/longer/...,
-    less/fewer/...) when exactly one answer's words occur. The paper then asks four
-    LLM judges; we do not, so what the rules cannot read counts as FAIL (wrong).
+    In order, the first rule that applies decides:
+
+    1. an explicit answer, the last one in the text: "Answer: B", "The answer is (B)",
+       "Final answer: **B**", "Option B", "I choose B", "The answer is the same";
+    2. a response that is only a letter, possibly wrapped or followed by its option
+       ("B", "(B)", "**B**", "B. more dots");
+    3. a letter after "it is", "it's", "would be", "I'd say" ("I think it is B.");
+    4. letters in parentheses or bold, when they all agree (an echo of the options does not);
+    5. answer words (same, equal, unchanged, no change / more, longer, larger / less,
+       fewer, shorter, ...), negated ones ("not longer", "isn't the same") dropped, when
+       exactly one answer is named in the text or else in its last sentence.
+
+    A letter whose next words name another option ("B) less" when B is "more"), two
+    answers at the same level, or no answer at all give FAIL. Lower-case letters count
+    only where nothing word-like follows them, so "To answer a question ... the same" is
+    read by its words, not as option A. The paper then asks four LLM judges; we do not,
+    so what the rules cannot read counts as FAIL (wrong).
     """
     if len(options) != 3 or sorted(options) != sorted(ANSWERS):
         raise ValueError(f"options must be a permutation of {ANSWERS}, got {tuple(options)}")
-    t = text.strip()
-    found = re.findall(r"answer\s*[:\-]?\s*\(?([ABC])\b", t, flags=re.IGNORECASE)
-    if found:
-        return options[LETTERS.index(found[-1].upper())]
-    m = re.fullmatch(r"\(?([ABC])[\).:]?", t, flags=re.IGNORECASE)
-    if m:
-        return options[LETTERS.index(m.group(1).upper())]
-    low = t.lower()
-    hits = [a for a, words in _WORDS.items() if any(re.search(rf"\b{w}\b", low) for w in words)]
-    return hits[0] if len(hits) == 1 else FAIL
+    t = str(text).replace("’", "'").strip()
+
+    def of_match(m: re.Match) -> str | None:
+        letter = m.groupdict().get("up") or m.groupdict().get("low")
+        if letter:
+            ans = options[LETTERS.index(letter.upper())]
+            return ans if _after_agrees(t, m.end(), ans) else FAIL
+        word = m.groupdict().get("word")
+        return _WORD_OF[word.lower()] if word else None
+
+    strong = sorted((m.start(), a) for rx in (_STRONG, _STRONG_WORD) for m in rx.finditer(t)
+                    if (a := of_match(m)))
+    if strong:
+        return strong[-1][1]
+    alone = _ALONE.fullmatch(t)
+    if alone and not _OTHER_LETTER.search(alone.group("rest") or ""):
+        ans = options[LETTERS.index(alone.group("letter").upper())]
+        return ans if _after_agrees(alone.group("rest") or "", 0, ans) else FAIL
+    weak = [a for m in _WEAK.finditer(t) if (a := of_match(m))]
+    if weak:
+        return weak[-1]
+    marked = {options[LETTERS.index(m.group("letter") or m.group("bold"))] for m in _MARKER.finditer(t)}
+    if len(marked) == 1:
+        return marked.pop()
+    for part in (t, re.split(r"(?<=[.!?…])\s+|\n+", t.rstrip(".!? \n"))[-1]):
+        words = _word_answers(part)
+        if len(words) == 1:
+            return words.pop()
+    return FAIL
 
 
 def _euler_number(ink: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 from minirepro.papers.debate2create.agents import (
     JUDGES,
     LLM,
-    make_prompt,
+    ask,
     parse_critique,
     parse_design,
     parse_judgement,
@@ -19,7 +19,7 @@ from minirepro.papers.debate2create.agents import (
 from minirepro.papers.debate2create.body import DEFAULT, LOWER, UPPER
 from minirepro.papers.debate2create.control import cmaes_maximize, tpe_maximize
 from minirepro.papers.debate2create.rewards import DEFAULT_REWARD_SOURCE
-from minirepro.papers.debate2create.training import Candidate, train_candidate
+from minirepro.papers.debate2create.training import Candidate, train_candidate, train_or_fail
 
 CONDITIONS: tuple[str, ...] = ("debate", "zero-shot", "thesis only", "no judges", "single agent",
                                "Bayesian optimisation", "CMA-ES morphology", "default body")
@@ -57,6 +57,7 @@ class ConditionRun:
     hall_of_fame: list[dict] = field(default_factory=list)
     judge_log: list[list[dict]] = field(default_factory=list)
     critiques: list[str] = field(default_factory=list)
+    retries: int = 0  # agent replies refused and asked again
 
     def winner(self) -> Candidate:
         """The candidate with the largest measured displacement (never the generated reward)."""
@@ -83,9 +84,29 @@ def judge_context(top: Candidate, best_before: float, baseline: float, seen: lis
             "effort_per_metre": top.effort_per_metre, "novelty": _novelty(top.params, seen)}
 
 
+DEFAULT_RETRIES = 2  # re-asks of an agent whose reply is refused, before the run stops
+
+
+def _propose(llm: LLM, run: ConditionRun, ctx: dict, steps: int, synthesis: bool, retries: int
+             ) -> tuple[np.ndarray, str]:
+    """One thesis, and with ``synthesis`` its critique, the revised body and the body's fresh critique."""
+    def call(role: str, context: dict, parse):
+        out, used = ask(llm, role, {**context, "episode_steps": steps}, parse, retries)
+        run.retries += used
+        return out
+
+    thesis, _ = call("design_thesis", ctx, parse_design)
+    if not synthesis:
+        return thesis, ""
+    crit = call("control_critique", {"parameters": thesis.tolist()}, parse_critique)
+    body, _ = call("design_synthesis", {"thesis": thesis.tolist(), "critique": crit}, parse_design)
+    run.critiques.append(crit)
+    return body, call("control_critique", {"parameters": body.tolist()}, parse_critique)
+
+
 def run_debate(llm: LLM, budget: Budget, seed: int, baseline: float, iterative: bool = True,
                synthesis: bool = True, judges: bool = True, reward_design: bool = True,
-               condition: str = "debate") -> ConditionRun:
+               condition: str = "debate", retries: int = DEFAULT_RETRIES) -> ConditionRun:
     """Alg. 1 (Debate2Create loop): per round, theses -> critique -> synthesis -> fresh
     critique and rewards -> train every (body, reward) -> hall of fame -> judges.
 
@@ -94,7 +115,10 @@ def run_debate(llm: LLM, budget: Budget, seed: int, baseline: float, iterative: 
     leaves only the numeric hall of fame as feedback; ``reward_design=False`` is the
     single agent: no control agent writes rewards, every body trains on the default
     reward (``rewards`` times, with different CMA-ES seeds). Every reply goes through the
-    strict parsers, so a malformed agent output stops the run with its error.
+    strict parsers; a refused reply (bad JSON, a body outside the box, a reward that fails
+    its probe) is asked again with the reason, up to ``retries`` times, before the run stops
+    with the error. A reward that fails later, during training, makes a failed candidate
+    (distance -inf) instead of stopping the run.
     """
     rounds, theses = (budget.rounds, budget.theses) if iterative else (1, budget.rounds * budget.theses)
     run = ConditionRun(condition, [])
@@ -105,27 +129,19 @@ def run_debate(llm: LLM, budget: Budget, seed: int, baseline: float, iterative: 
         ctx = {"round": r, "hall_of_fame": run.hall_of_fame, "judges": judge_obs}
         round_cands: list[Candidate] = []
         for i in range(theses):
-            thesis, _ = parse_design(llm(make_prompt("design_thesis", {**ctx, "index": i})))
-            body, critique = thesis, ""
-            if synthesis:
-                crit = parse_critique(llm(make_prompt("control_critique",
-                                                      {"parameters": thesis.tolist()})))
-                body, _ = parse_design(llm(make_prompt("design_synthesis", {
-                    "thesis": thesis.tolist(), "critique": crit})))
-                critique = parse_critique(llm(make_prompt("control_critique",
-                                                          {"parameters": body.tolist()})))
-                run.critiques.append(crit)
+            body, critique = _propose(llm, run, {**ctx, "index": i}, budget.steps, synthesis, retries)
             if reward_design:
-                sources = parse_rewards(llm(make_prompt("control_rewards", {
+                sources, used = ask(llm, "control_rewards", {
                     "parameters": body.tolist(), "critique": critique, "judges": judge_obs,
-                    "n": budget.rewards})))[:budget.rewards]
+                    "n": budget.rewards, "episode_steps": budget.steps}, parse_rewards, retries)
+                run.retries += used
+                sources = sources[:budget.rewards]
             else:
                 sources = [DEFAULT_REWARD_SOURCE] * budget.rewards
             for src in sources:
-                c = train_candidate(body, src, budget.steps, budget.popsize, budget.generations,
-                                    seed=1000 * seed + k)
+                round_cands.append(train_or_fail(body, src, budget.steps, budget.popsize,
+                                                 budget.generations, seed=1000 * seed + k))
                 k += 1
-                round_cands.append(c)
         best_before = max((h["distance"] for h in run.hall_of_fame), default=-np.inf)
         top = max(round_cands, key=lambda c: c.distance)
         run.candidates.extend(round_cands)
@@ -133,8 +149,11 @@ def run_debate(llm: LLM, budget: Budget, seed: int, baseline: float, iterative: 
                                  "distance": top.distance})
         if judges:
             jctx = judge_context(top, best_before, baseline, seen)
-            judge_obs = [{"judge": j, "observation": parse_judgement(
-                llm(make_prompt(f"judge_{j}", jctx)))} for j in JUDGES]
+            judge_obs = []
+            for j in JUDGES:
+                obs, used = ask(llm, f"judge_{j}", jctx, parse_judgement, retries)
+                run.retries += used
+                judge_obs.append({"judge": j, "observation": obs})
             run.judge_log.append(judge_obs)
         seen.extend(c.params for c in round_cands)
     return run

@@ -2,7 +2,8 @@
 
 ``compute_reward(obs, action, prev_action, dt, metrics) -> (reward, components)``.
 The public code asks for JAX; here the functions are numpy and must be vectorised
-over any leading batch/time axes (the analogue of "jit/vmap-safe").
+over any leading batch/time axes (the analogue of "jit/vmap-safe"). Every reward, the
+default one included, runs in a sandboxed process (``sandbox.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from minirepro.papers.debate2create.control import Trajectory
+from minirepro.papers.debate2create.sandbox import DEFAULT_LIMITS, Limits, SandboxedReward
 
 RewardFn = Callable[..., tuple[np.ndarray, dict]]
 METRIC_KEYS: tuple[str, ...] = ("x_velocity", "y_velocity", "x_position", "y_position",
@@ -49,30 +51,17 @@ def shaped_reward_source(weights: Mapping[str, float]) -> str:
     return SHAPED_TEMPLATE.format(**{k: repr(v) for k, v in vals.items()})
 
 
-_SAFE_BUILTINS = {"abs": abs, "min": min, "max": max, "float": float, "len": len, "range": range,
-                  "dict": dict}
+def compile_reward(source: str, limits: Limits = DEFAULT_LIMITS) -> RewardFn:
+    """§3.2 (the control agent's reward): ``compute_reward`` from source text, run in a sandbox.
 
-
-def compile_reward(source: str) -> RewardFn:
-    """§3.2 (the control agent's reward): compile ``compute_reward`` from source text.
-
-    The source runs with numpy as ``np`` (and ``jp``, the public code's alias) and a
-    few builtins, no imports. Raises ``ValueError`` when it does not define
-    ``compute_reward`` or does not compile.
+    The source runs in a separate, locked-down process (:mod:`~minirepro.papers.debate2create.sandbox`:
+    no files, network, imports or child processes; CPU and memory limits) with a read-only numpy
+    subset as ``np`` (and ``jp``, the public code's alias) and a few builtins. Raises
+    ``ValueError`` when the source does not define ``compute_reward``, does not compile, imports
+    or names an underscored attribute, and :class:`~minirepro.papers.debate2create.sandbox.RewardError`
+    when defining it fails in the sandbox.
     """
-    if not isinstance(source, str) or "def compute_reward" not in source:
-        raise ValueError("reward source must define compute_reward(obs, action, prev_action, dt, metrics)")
-    if "import" in source or "__" in source:
-        raise ValueError("reward source may not import modules or use dunder names")
-    ns: dict = {"np": np, "jp": np, "__builtins__": _SAFE_BUILTINS}
-    try:
-        exec(compile(source, "<reward>", "exec"), ns)  # noqa: S102 - agent code, restricted namespace
-    except SyntaxError as err:
-        raise ValueError(f"reward source does not compile: {err}") from err
-    fn = ns.get("compute_reward")
-    if not callable(fn):
-        raise ValueError("reward source must define a function compute_reward")
-    return fn
+    return SandboxedReward(source, limits)
 
 
 def observations(traj: Trajectory) -> dict[str, np.ndarray]:
@@ -106,3 +95,20 @@ def episode_return(fn: RewardFn, traj: Trajectory) -> np.ndarray:
         raise ValueError(f"reward has shape {r.shape}, expected {o['metrics']['x_velocity'].shape}")
     total = r.sum(axis=1)
     return np.where(np.isfinite(total), total, -np.inf)
+
+
+def probe_reward(source: str, limits: Limits = DEFAULT_LIMITS) -> RewardFn:
+    """[reconstruction] Define a reward and call it once on a small all-zero probe of batch 2 and 3
+    steps (every input and metric key present); raise ``ValueError`` or ``RewardError`` when it
+    fails, returns the wrong shape or a non-finite value. Returns the compiled reward."""
+    fn = compile_reward(source, limits)
+    shape = (2, 3)
+    out = fn(np.zeros((*shape, 8)), np.zeros((*shape, 2)), np.zeros((*shape, 2)), 0.04,
+             {k: np.zeros(shape) for k in METRIC_KEYS})
+    r = np.asarray(out[0], dtype=float)
+    if r.shape != shape:
+        raise ValueError(f"reward has shape {r.shape} on inputs of batch x time {shape}; "
+                         f"it must have the shape of metrics['x_velocity']")
+    if not np.all(np.isfinite(r)):
+        raise ValueError("reward is not finite on an all-zero probe")
+    return fn

@@ -23,6 +23,7 @@ from minirepro.papers.debate2create.control import (
     simulate,
 )
 from minirepro.papers.debate2create.rewards import compile_reward, episode_return
+from minirepro.papers.debate2create.sandbox import RewardError
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Candidate:
     lateral_ratio: float     # |final y| / max(|final x|, 0.01)
     effort_per_metre: float  # sum_t ||a_t||^2 / max(|final x|, 0.01)
     curve: np.ndarray = field(repr=False, default=None)
+    error: str = ""          # why training failed (the reward raised or hit a limit), else ""
 
 
 @lru_cache(maxsize=256)
@@ -75,6 +77,18 @@ def train_candidate(params: np.ndarray, reward_source: str, steps: int, popsize:
         theta, ret = x0, float(np.max(g))
     tr = simulate(model, cpg_controls(theta, steps, dt), init)
     return Candidate(np.asarray(params, float), reward_source, theta, ret, *_measure(tr), curve)
+
+
+def train_or_fail(params: np.ndarray, reward_source: str, steps: int, popsize: int, generations: int,
+                  seed: int) -> Candidate:
+    """§3.2 (train a candidate), or a failed candidate (distance -inf, never a winner) when its
+    reward raises or hits a sandbox limit during training."""
+    try:
+        return train_candidate(params, reward_source, steps, popsize, generations, seed)
+    except RewardError as err:
+        nan = float("nan")
+        return Candidate(np.asarray(params, float), reward_source, np.full(4, nan), -np.inf, -np.inf,
+                         nan, nan, nan, error=str(err))
 
 
 def _measure(tr: Trajectory) -> tuple[float, float, float, float]:

@@ -51,7 +51,7 @@ class Config(ScaledConfig):
     calib_days: int = 2  # early days: calibration and PCMCI data (0: the first two moves, half a day)
     events_per_day: int = 5  # one full cycle of the 5 causes per day
     random_per_day: int = 5  # explained moves a day drawn at random (besides the event-anchored ones)
-    lime_samples: int = 50  # LIME perturbations per explanation (100 before issue 26)
+    lime_samples: int = 50  # LIME perturbations per explanation (100 in an earlier version)
     shap_samples: int = 30  # KernelSHAP coalitions (NMPC queries) per explanation
     tau_max: int = 3  # PCMCI's largest lag
     distractor: float = 0.5  # size of the overlapping weaker event (0: one event at a time)
@@ -325,15 +325,14 @@ def mcnemar_moves(delta: float, p_disc: float, alpha: float = 0.05, power: float
     return n
 
 
-def run_experiment(cfg: Config, seeds: list[int], params: HCAParams | None = None) -> list[Run]:
-    """All domains for all seeds, ``cfg.n_jobs`` runs at a time (a progress bar over runs).
+def run_experiment(cfg: Config, params: HCAParams | None = None) -> list[Run]:
+    """All domains for all seeds of ``cfg.seeds``, ``cfg.n_jobs`` runs at a time (a progress
+    bar over runs).
 
     Each run seeds its own generator from ``(seed, plant)``, so the runs are the
     same whichever process executes them.
     """
-    if not seeds:
-        raise ValueError("run_experiment needs at least one seed")
-    jobs = [(d, s) for s in seeds for d in cfg.domains]
+    jobs = [(d, s) for s in cfg.seeds for d in cfg.domains]
     if cfg.n_jobs > 1 and len(jobs) > 1:
         from joblib import Parallel, delayed
 

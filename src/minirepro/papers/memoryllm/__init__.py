@@ -2,7 +2,7 @@
 
 * ``model``: a compact Llama-style decoder with the base, MemoryLLM and Flex FFN placements.
 * ``tol``: token-wise lookups (ToLs): build, quantise, store and memory-map.
-* ``train``: training and scoring on the v2 corpus.
+* ``train``: training and scoring on the substrate corpus.
 * ``artifact`` / ``loading``: the trained variants as one checked artifact.
 * ``experiment``: the chapter's config and studies; ``plots``: its figures.
 * ``memory``: resident memory of decoding, measured in a fresh process.

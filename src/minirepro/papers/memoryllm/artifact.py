@@ -2,7 +2,7 @@
 
 Base, MemoryLLM, Flex-MemoryLLM (β = 1, 2, 3) at equal total parameters, and a small
 base with as many parameters as MemoryLLM has active ones, each trained from scratch
-on the same v2-corpus subset and seeds; weights stored in float16. Re-make with
+on the same substrate-corpus subset and seeds; weights stored in float16. Re-make with
 ``minirepro artifacts build memoryllm-variants`` (two worker processes, one torch
 thread each).
 """
@@ -20,16 +20,16 @@ from safetensors.torch import save_file
 
 from minirepro.core import artifacts
 from minirepro.core.lm.bpe import save_bpe, train_bpe
-from minirepro.core.lm.corpus_v2 import CorpusV2Config, build_corpus_v2
-from minirepro.core.lm.train_v2 import encode_examples
+from minirepro.core.lm.corpus import CorpusConfig, build_corpus
+from minirepro.core.lm.train import encode_examples
 from minirepro.papers.memoryllm.loading import META, NAME, WEIGHTS, load_variants
 from minirepro.papers.memoryllm.model import Arch, active_params, n_params
 from minirepro.papers.memoryllm.train import TrainSpec, score, train_variant
 
 
-def corpus_config() -> CorpusV2Config:
+def corpus_config() -> CorpusConfig:
     """The corpus subset: context-free facts, contextual copy spans, templated text."""
-    return CorpusV2Config(n_train=14_000, n_val=600, n_test=1200, families=("facts", "copy"),
+    return CorpusConfig(n_train=14_000, n_val=600, n_test=1200, families=("facts", "copy"),
                           copy_len=(6, 8))
 
 
@@ -67,7 +67,7 @@ def _job(args: tuple) -> tuple[str, int, dict, list[float], float]:
     from minirepro.core.lm.bpe import load_bpe
 
     tok = load_bpe(folder)
-    corpus = build_corpus_v2(CorpusV2Config(**{k: tuple(v) if isinstance(v, list) else v
+    corpus = build_corpus(CorpusConfig(**{k: tuple(v) if isinstance(v, list) else v
                                                for k, v in corpus_config().__dict__.items()}))
     enc = encode_examples(tok, corpus.train, max_len=arch.max_len)
     model, curve, cpu = train_variant(arch, enc, spec, seed)
@@ -77,12 +77,12 @@ def _job(args: tuple) -> tuple[str, int, dict, list[float], float]:
 
 @artifacts.recipe(NAME, config=VariantsRecipe(),
                   sources=("minirepro.papers.memoryllm.model", "minirepro.papers.memoryllm.train",
-                           "minirepro.core.lm.corpus_v2", "minirepro.core.lm.bpe"),
+                           "minirepro.core.lm.corpus", "minirepro.core.lm.bpe"),
                   description="MemoryLLM chapter: base, MemoryLLM, Flex (beta 1-3) at equal total "
                               "parameters and a base of equal active parameters; 5 seeds, fp16")
 def build_variants(spec: VariantsRecipe, out: Path) -> artifacts.BuildResult:
     """[reconstruction] Train every variant and seed; store fp16 weights, tokenizer, curves."""
-    corpus = build_corpus_v2(corpus_config())
+    corpus = build_corpus(corpus_config())
     tok = train_bpe(corpus.texts("train"), vocab_size=spec.vocab)
     save_bpe(tok, out)
     train = TrainSpec(steps=spec.steps, batch_size=spec.batch_size, lr=spec.lr)

@@ -14,8 +14,8 @@ import pandas as pd
 import torch
 
 from minirepro.core import ScaledConfig, set_seed
-from minirepro.core.lm.corpus_v2 import build_corpus_v2, generate_split_v2
-from minirepro.core.lm.train_v2 import encode_examples
+from minirepro.core.lm.corpus import build_corpus, generate_split
+from minirepro.core.lm.train import encode_examples
 from minirepro.core.progress import progress
 from minirepro.papers.memoryllm.loading import load_tokenizer, load_variants
 from minirepro.papers.memoryllm.model import Arch, MemoryLM, active_params, greedy_decode, n_params
@@ -84,11 +84,11 @@ def test_split(n_test: int, data_seed: int | None = None):
     """
     from minirepro.papers.memoryllm.artifact import corpus_config
 
-    corpus = build_corpus_v2(corpus_config())
+    corpus = build_corpus(corpus_config())
     if data_seed is None:
         return corpus.test[:n_test]
     seed = int(np.random.SeedSequence([corpus.config.seed, 3, int(data_seed)]).generate_state(1)[0])
-    return generate_split_v2(corpus.config, n_test, seed, corpus, "test")
+    return generate_split(corpus.config, n_test, seed, corpus, "test")
 
 
 @dataclass
@@ -271,11 +271,11 @@ def rss_reading(rss: pd.DataFrame, claim, paper_ratio: float = 6.04 / 9.54) -> s
             f"{m.tol_touched_bytes / 1e3:.0f} kB and lie on {m.tol_page_bytes / 1e3:.0f} kB of pages.{why}")
 
 
-def run_experiment(cfg: Config, seed: int = 0, workdir: Path | None = None,
-                   folder: Path | None = None) -> Results:
+def run_experiment(cfg: Config, workdir: Path | None = None, folder: Path | None = None) -> Results:
     """Every study on the artifact's variants (from ``folder``, default the checked artifact);
-    ``seed`` draws the random-weight timing decoders; ToL files go to ``workdir`` (a temporary
-    folder by default)."""
+    ``cfg.seed`` draws the random-weight timing decoders (the variants' training seeds are the
+    artifact's); ToL files go to ``workdir`` (a temporary folder by default)."""
+    seed = cfg.seed
     set_seed(seed)
     models, meta = load_variants(folder)
     tok = load_tokenizer(folder)

@@ -1,6 +1,6 @@
-"""Training and scoring the variants on the v2 corpus (one thread, fixed steps).
+"""Training and scoring the variants on the substrate corpus (one thread, fixed steps).
 
-The data pipeline is the substrate's (:func:`minirepro.core.lm.train_v2.encode_examples`,
+The data pipeline is the substrate's (:func:`minirepro.core.lm.train.encode_examples`,
 ``length_batches``, ``pad``); the loss is plain next-token cross-entropy over every
 token with the answer tokens weighted by ``answer_weight`` (as the substrate trains).
 """
@@ -16,7 +16,7 @@ import torch
 from torch.nn import functional as F
 
 from minirepro.core import set_seed
-from minirepro.core.lm.train_v2 import Encoded, length_batches, pad
+from minirepro.core.lm.train import Encoded, length_batches, pad
 from minirepro.papers.memoryllm.model import Arch, MemoryLM
 
 

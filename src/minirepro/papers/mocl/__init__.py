@@ -17,6 +17,7 @@ from minirepro.papers.mocl.benchmarks import (
 )
 from minirepro.papers.mocl.experiment import (
     ABLATIONS,
+    GPM_FIRST_LAYER_GRID,
     JOINT,
     METHOD_KEYS,
     METHODS,
@@ -90,6 +91,7 @@ __all__ = [
     "MoCL",
     "RunResult",
     "SGP",
+    "GPM_FIRST_LAYER_GRID",
     "TUNING_GRID",
     "TUNING_SEED",
     "Task",

@@ -67,32 +67,38 @@ def hutchinson_sq_norms(fn: Callable[[torch.Tensor], torch.Tensor], z: torch.Ten
 def dowser_scores(forward: Callable[[], torch.Tensor], layers: Mapping[str, nn.Linear], n_probes: int,
                   gen: torch.Generator) -> dict[str, torch.Tensor]:
     """Eqs. (model-dowser-eq-score, model-dowser-eq-hutchinson): the importance ``S`` of every
-    weight of ``layers``, averaged over the prompts that ``forward()`` runs.
+    weight of ``layers``, averaged over every prompt that ``forward()`` runs.
 
-    ``forward`` runs the model on N probe prompts and returns their output logits (N, V).
-    For a layer with input ``h`` (N, T, in) and output ``z`` (N, T, out), ``||J_i||`` is the
-    square root of the Hutchinson estimate at each prompt and position; the norms and
-    ``|h_j|`` are averaged over positions [reconstruction: the pooling over positions is not
-    stated], and ``S_ij = |W_ij| * mean_n(||J_i||_n * |h_j|_n)``. Returns name -> (out, in).
+    ``forward`` runs the model on N probe prompts, in one batch or several, and returns their
+    output logits (N, V). Each call of a layer is kept (a later batch does not replace an
+    earlier one): for a call with input ``h`` (B, T, in) and output ``z`` (B, T, out),
+    ``||J_i||`` is the square root of the Hutchinson estimate at each prompt and position; the
+    norms and ``|h_j|`` are averaged over positions [reconstruction: the pooling over
+    positions is not stated], and ``S_ij = |W_ij| * mean_n(||J_i||_n * |h_j|_n)`` over the
+    prompts that pass through the layer (the projector sees only the prompts with an image).
+    Returns name -> (out, in).
     """
     if not layers:
         raise ValueError("no layers to score: the model has no parameters to mask")
     if n_probes < 1:
         raise ValueError(f"n_probes must be at least 1, got {n_probes}")
-    saved: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    saved: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {name: [] for name in layers}
     hooks = []
     flags = {name: lin.weight.requires_grad for name, lin in layers.items()}
     for name, lin in layers.items():
         def hook(mod, inp, out, name=name):
-            saved[name] = (inp[0].detach(), out)
+            saved[name].append((inp[0].detach(), out))  # every call: one per probe batch
         hooks.append(lin.register_forward_hook(hook))
     try:
         with torch.enable_grad():
             for lin in layers.values():  # the graph must reach every layer's output
                 lin.weight.requires_grad_(True)
             f = forward()
-            names = list(layers)
-            outs = [saved[n][1] for n in names]
+            calls = [(name, k) for name in layers for k in range(len(saved[name]))]
+            missing = [name for name in layers if not saved[name]]
+            if missing:
+                raise ValueError(f"forward() never ran layers {missing}: nothing to score them on")
+            outs = [saved[name][k][1] for name, k in calls]
             sq = [torch.zeros_like(o) for o in outs]
             for r in range(n_probes):
                 xi = rademacher(tuple(f.shape), gen)
@@ -106,14 +112,16 @@ def dowser_scores(forward: Callable[[], torch.Tensor], layers: Mapping[str, nn.L
             h.remove()
         for name, lin in layers.items():
             lin.weight.requires_grad_(flags[name])
-    scores = {}
-    for name, s in zip(names, sq):
-        h = saved[name][0]
+    total = {name: torch.zeros_like(lin.weight) for name, lin in layers.items()}
+    count = dict.fromkeys(layers, 0)
+    for (name, k), s in zip(calls, sq):
+        h = saved[name][k][0]
         jn = (s / n_probes).sqrt()
-        j = jn.mean(dim=1) if jn.dim() == 3 else jn          # (N, out)
-        a = h.abs().mean(dim=1) if h.dim() == 3 else h.abs()  # (N, in)
-        scores[name] = layers[name].weight.detach().abs() * (j.T @ a) / len(j)
-    return scores
+        j = jn.mean(dim=1) if jn.dim() == 3 else jn          # (B, out)
+        a = h.abs().mean(dim=1) if h.dim() == 3 else h.abs()  # (B, in)
+        total[name] += j.T @ a
+        count[name] += len(j)
+    return {name: layers[name].weight.detach().abs() * total[name] / count[name] for name in layers}
 
 
 def layer_masks(scores: Mapping[str, torch.Tensor], rho: float) -> dict[str, torch.Tensor]:

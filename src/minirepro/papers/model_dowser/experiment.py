@@ -35,8 +35,12 @@ MASKED = ("Model-Dowser", "magnitude", "Wanda", "random")
 
 @dataclass
 class Config(ScaledConfig):
-    """Sizes of the miniature. The paper: 2 B-7 B MLLMs, rho = 0.1, last 5-32 decoder layers."""
+    """Sizes of the miniature. The paper: 2 B-7 B MLLMs, rho = 0.1, last 5-32 decoder layers.
 
+    ``seed`` is the first reported seed (seed 0 chose ``ft_steps`` and ``lr``, so it is never
+    reported); a run's seeds are ``seeds`` = seed .. seed + n_seeds - 1."""
+
+    seed: int = 1
     rho: float = 0.1
     ft_steps: int = 50
     batch_size: int = 64
@@ -295,11 +299,13 @@ def run_sweep(pre: TinyMLLM, cfg: Config, seeds: list[int], sets: EvalSets) -> p
     return pd.DataFrame(rows)
 
 
-def run_experiment(cfg: Config, seeds: list[int], pre: TinyMLLM | None = None) -> Experiment:
-    """The chapter's experiment: :func:`run_seed` for every seed and depth, then the sweep."""
+def run_experiment(cfg: Config, pre: TinyMLLM | None = None) -> Experiment:
+    """The chapter's experiment: :func:`run_seed` for every seed of ``cfg.seeds`` and depth,
+    then the sweep."""
     from minirepro.papers.model_dowser.loading import load_model
 
     pre = pre if pre is not None else load_model()
+    seeds = cfg.seeds
     sets = EvalSets.build(cfg.n_test)
     rows, curves = [], {}
     for depth in cfg.depths:

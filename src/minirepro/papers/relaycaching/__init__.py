@@ -3,7 +3,7 @@
 Modules, one concern each:
 
 * :mod:`~minirepro.papers.relaycaching.rope`: RoPE re-rotation of cached keys, cache checks.
-* :mod:`~minirepro.papers.relaycaching.relay`: relay items from the v2 corpus, A's cache, full prefill.
+* :mod:`~minirepro.papers.relaycaching.relay`: relay items from the substrate corpus, A's cache, full prefill.
 * :mod:`~minirepro.papers.relaycaching.blend`: B's prefill with a recompute schedule
   (``DynamicCache`` assembly), the reuse rate and FLOP count.
 * :mod:`~minirepro.papers.relaycaching.select`: deviation, layer window, layer-0 probe, selectors.

@@ -129,7 +129,10 @@ class BlendOutput:
 def blended_prefill(model: PreTrainedModel, item: RelayItem,
                     reused: list[tuple[torch.Tensor, torch.Tensor]], schedule: Schedule,
                     detect: Detect | None = None) -> BlendOutput:
-    """Alg. (CacheBlend / RelayCaching fusion) [reconstruction]: B's prefill with partial recompute.
+    """Eqs. (relaycaching-eq-rerotate, relaycaching-eq-select) [reconstruction]: B's prefill, partly recomputed.
+
+    The fusion procedure CacheBlend and RelayCaching share: A's re-rotated entries of ``S``
+    are reused, and at the detection layer the entries that deviate most are recomputed.
 
     Args:
         reused: per layer, A's keys (re-rotated to B's positions) and values of ``S``.

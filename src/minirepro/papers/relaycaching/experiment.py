@@ -51,7 +51,7 @@ class Config(ScaledConfig):
     """The chapter's knobs.
 
     Attributes:
-        substrate: the shipped v2 model (``"book"`` 4 layers, ``"smoke"`` 2 layers).
+        substrate: the shipped substrate model (``"book"`` 4 layers, ``"smoke"`` 2 layers).
         model_name: a local checkpoint folder or hub id to use instead (Llama-style, RoPE).
         seed: the first reported seed; seeds ``seed .. seed + n_seeds - 1`` are run.
         n_seeds: seeds; each draws its own fresh relays.
@@ -322,14 +322,14 @@ def calibrate(model: PreTrainedModel, items: list[RelayItem], frac: float
 
 
 def run_experiment(cfg: Config, model: PreTrainedModel | None = None,
-                   tok: PreTrainedTokenizerBase | None = None, corpus_cfg=None,
-                   seeds: list[int] | None = None) -> Results:
-    """The whole protocol: calibration, arms per seed, sweep, phase check, timing."""
+                   tok: PreTrainedTokenizerBase | None = None, corpus_cfg=None) -> Results:
+    """The whole protocol: calibration, arms per seed of ``cfg.seeds``, sweep, phase check,
+    timing."""
     t_start = time.perf_counter()
     if model is None:
         sub = load_substrate(cfg.substrate, model_name=cfg.model_name)
         model, tok, corpus_cfg = sub.model, sub.tokenizer, sub.corpus.config
-    seeds = list(range(cfg.seed, cfg.seed + cfg.n_seeds)) if seeds is None else list(seeds)
+    seeds = cfg.seeds
     set_seed(0)
     max_len = model.config.max_position_embeddings
     calib = make_items(tok, corpus_cfg, cfg.n_calib, cfg.calib_seed, max_len)

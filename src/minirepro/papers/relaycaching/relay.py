@@ -1,6 +1,6 @@
 """The relay: agent A's context and trace, agent B's context, and A's KV cache.
 
-Built from the v2 corpus's ``relay`` family (:func:`minirepro.core.lm.corpus_v2.make_relay`):
+Built from the substrate corpus's ``relay`` family (:func:`minirepro.core.lm.corpus.make_relay`):
 
 * A's context ``P_A + S``: ``P_A`` = A's role prefix and the task (``agent solver : ...
   task : 3 + 4 * 2 .``), ``S`` = A's worked trace (`` step 1 : 3 + 4 = 7 . step 2 : ...``).
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from minirepro.core.lm.corpus_v2 import RELAY_A_ROLES, RELAY_B_ROLES, CorpusV2Config, make_relay
+from minirepro.core.lm.corpus import RELAY_A_ROLES, RELAY_B_ROLES, CorpusConfig, make_relay
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def split_relay(prompt: str) -> tuple[str, str, str, str]:
     return role_a, task, "step " + work, rest
 
 
-def make_items(tokenizer: PreTrainedTokenizerBase, corpus_cfg: CorpusV2Config, n: int, seed: int,
+def make_items(tokenizer: PreTrainedTokenizerBase, corpus_cfg: CorpusConfig, n: int, seed: int,
                max_len: int) -> list[RelayItem]:
     """[reconstruction] ``n`` relays drawn with ``seed`` and split into A's and B's contexts.
 

@@ -1,6 +1,6 @@
 """Synthetic multiple-choice preferences with planted reward-model biases [reconstruction].
 
-Every item is a topic question from the v2 substrate's ``text`` family (the one
+Every item is a topic question from the substrate's ``text`` family (the one
 family the shipped LM answers reliably), asked as a four-option quiz; a
 response names a letter and its option. Surface attributes of a response are
 the planted biases:
@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from minirepro.core.lm.corpus_v2 import TOPICS, _topic_sentences
+from minirepro.core.lm.corpus import TOPICS, _topic_sentences
 
 LETTERS: tuple[str, ...] = ("a", "b", "c", "d")
 TOPIC_NAMES: tuple[str, ...] = tuple(TOPICS)

@@ -169,8 +169,10 @@ def best_of_n(reward, states: np.ndarray, fills: np.ndarray, correct: np.ndarray
             "pick_accuracy": float(correct[np.arange(len(k)), k].mean())}
 
 
-def run_experiment(cfg: Config, seeds: list[int]) -> Run:
-    """Train one RM per seed, probe, shape and measure every arm [reconstruction of §4]."""
+def run_experiment(cfg: Config) -> Run:
+    """Train one RM per seed of ``cfg.seeds``, probe, shape and measure every arm
+    [reconstruction of §4]."""
+    seeds = cfg.seeds
     t0 = time.perf_counter()
     set_seed(seeds[0])
     sub = load_substrate(cfg.substrate, model_name=cfg.model_name)

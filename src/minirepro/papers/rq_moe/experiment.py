@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -15,7 +15,7 @@ from minirepro.core import ScaledConfig, progress, set_seed
 from minirepro.core.seed import threads_from_env
 from minirepro.core.stats import per_seed_wide, seed_summary
 from minirepro.papers.rq_moe.baselines import BASELINES, FaissQuantizer
-from minirepro.papers.rq_moe.data import VectorSplits, load_vectors
+from minirepro.papers.rq_moe.data import DATASETS, VectorSplits, load_vectors
 from minirepro.papers.rq_moe.evaluate import late_drop, mse, recall_at, true_neighbours
 from minirepro.papers.rq_moe.pretrained import stored_late_drop, stored_losses, stored_network
 from minirepro.papers.rq_moe.quantizers import QINCo, RQMoE
@@ -175,10 +175,10 @@ def vectors(dataset: str, cfg: Config, seed: int) -> VectorSplits:
     return splits if cfg.eval_seed is None else redraw_eval(splits, seed, cfg.eval_seed)
 
 
-def run_experiment(cfg: Config, datasets: tuple[str, ...], seeds: list[int],
-                   M: int | None = None, methods: tuple[str, ...] = METHODS
-                   ) -> tuple[pd.DataFrame, dict[tuple[str, int], dict]]:
-    """``run_setting`` on each dataset and seed (fresh data draw per seed, :func:`vectors`).
+def run_experiment(cfg: Config, datasets: tuple[str, ...] = DATASETS, M: int | None = None,
+                   methods: tuple[str, ...] = METHODS) -> tuple[pd.DataFrame, dict[tuple[str, int], dict]]:
+    """``run_setting`` on each dataset and seed of ``cfg.seeds`` (fresh data draw per seed,
+    :func:`vectors`).
 
     Returns:
         (one row per method and run, the fitted quantizers by ``(dataset, seed)``).
@@ -186,7 +186,7 @@ def run_experiment(cfg: Config, datasets: tuple[str, ...], seeds: list[int],
     M = M or cfg.M
     rows: list[dict] = []
     models: dict[tuple[str, int], dict] = {}
-    for ds, seed in progress([(ds, s) for ds in datasets for s in seeds], desc="settings"):
+    for ds, seed in progress([(ds, s) for ds in datasets for s in cfg.seeds], desc="settings"):
         splits = vectors(ds, cfg, seed)
         new_rows, models[ds, seed] = run_setting(splits, cfg, M, seed, methods)
         rows += new_rows
@@ -204,7 +204,7 @@ def code_size_curve(cfg: Config, headline: pd.DataFrame, dataset: str = "synthet
                       & (headline.M == cfg.M)]]
     for M in cfg.curve_M:
         if M != cfg.M:
-            parts.append(run_experiment(cfg, (dataset,), [seed], M=M)[0])
+            parts.append(run_experiment(replace(cfg, seed=seed, n_seeds=1), (dataset,), M=M)[0])
     return pd.concat(parts, ignore_index=True).sort_values(["method", "M"], ignore_index=True)
 
 

@@ -102,7 +102,7 @@ def plot_decode_time(timings: dict[int, pd.DataFrame]) -> plt.Figure:
 
 
 def plot_training_curves(curves: pd.DataFrame) -> plt.Figure:
-    """Training loss (Eq. rq-moe-eq-loss) against Adam step, one panel per dataset.
+    """Training loss (Eq. (rq-moe-eq-loss)) against Adam step, one panel per dataset.
 
     ``curves`` is long format (method, dataset, seed, step, loss), e.g. the artifact's
     stored block means; the line is the mean over seeds, the band their range.

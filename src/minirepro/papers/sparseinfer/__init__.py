@@ -9,7 +9,7 @@ Modules, one per concern:
 * :mod:`~minirepro.papers.sparseinfer.baselines`: the similarity-guided variant
   (KMeans over core sets) and the baselines at equal budget (random, static hot,
   per-token oracle, DejaVu-like low-rank predictor).
-* :mod:`~minirepro.papers.sparseinfer.protocol`: the protocol on the v2
+* :mod:`~minirepro.papers.sparseinfer.protocol`: the protocol on the substrate
   substrate (dense prefill of the full prompt, sparse decoding; exact match,
   NLL and agreement with the dense model), stability and similarity of core sets.
 * :mod:`~minirepro.papers.sparseinfer.speed`: SparseInfer generation, timings and

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from minirepro.core.lm.corpus_v2 import CorpusV2, Example, generate_split_v2
+from minirepro.core.lm.corpus import Corpus, Example, generate_split
 from minirepro.core.lm.substrate import Substrate
 from minirepro.core.progress import progress
 from minirepro.core.scale import ScaledConfig
@@ -49,7 +49,7 @@ class Config(ScaledConfig):
     """The chapter's knobs.
 
     Attributes:
-        substrate: the shipped v2 model (:func:`~minirepro.core.lm.load_substrate` preset).
+        substrate: the shipped substrate model (:func:`~minirepro.core.lm.load_substrate` preset).
         token_sparsity: ``alpha``, token-wise top fraction of the positive pre-activations (paper: 0.2).
         sparsity: ``gamma``, kept fraction of FFN neurons per sparsified layer (paper: 0.4).
         layers: ``"middle"`` (paper: first and last layer stay dense) or ``"all"``.
@@ -126,10 +126,10 @@ class Config(ScaledConfig):
         self.stab_families = tuple(self.stab_families)
 
 
-def _prompts(corpus: CorpusV2, families: tuple[str, ...], n: int, seed: int) -> list[Example]:
+def _prompts(corpus: Corpus, families: tuple[str, ...], n: int, seed: int) -> list[Example]:
     """``n`` fresh examples of ``families`` (in turn), generated from ``seed`` (never a training line)."""
     cfg = dataclasses.replace(corpus.config, families=families, train_weights=())  # weights: train split only
-    return generate_split_v2(cfg, n, seed, CorpusV2(cfg), "test")
+    return generate_split(cfg, n, seed, Corpus(cfg), "test")
 
 
 def test_items(sub: Substrate, cfg: Config, seed: int) -> list[Item]:
@@ -261,9 +261,10 @@ def run_seed(sub: Substrate, cfg: Config, seed: int, methods: tuple[str, ...] = 
             "full_set_mismatches": exact}
 
 
-def run_experiment(sub: Substrate, cfg: Config, seeds: list[int],
-                   methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
-    """:func:`run_seed` over ``seeds``: the long table of item scores, per-seed summaries and observations."""
+def run_experiment(cfg: Config, sub: Substrate, methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
+    """:func:`run_seed` over ``cfg.seeds``: the long table of item scores, per-seed summaries and
+    observations."""
+    seeds = cfg.seeds
     runs = [run_seed(sub, cfg, s, methods) for s in progress(seeds, desc="seeds")]
     rows = pd.concat([r["rows"] for r in runs], ignore_index=True)
     return {"runs": runs, "rows": rows, "summary": summarise(rows),

@@ -2,11 +2,11 @@
 
 As in the paper (and CoreInfer's code), the whole prompt is prefilled by the
 dense model; each method picks its neurons from the prefill's pre-activations;
-only the decoding steps use them. Two tasks, both from the v2 corpus:
+only the decoding steps use them. Two tasks, both from the substrate corpus:
 
 ``qa``
     the corpus's own prompts (families chosen by the chapter); greedy generation
-    of a few tokens, scored by :func:`~minirepro.core.lm.corpus_v2.check_answer_v2`
+    of a few tokens, scored by :func:`~minirepro.core.lm.corpus.check_answer`
     (exact match of the answer's words). The answer's first token is predicted
     by the dense prefill, so a one-token answer is decided before any neuron is
     dropped; what follows it (the end of the word, ``<eos>``) is decoded sparsely.
@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from minirepro.core.lm.corpus_v2 import Example, check_answer_v2
-from minirepro.core.lm.models_v2 import prefill
+from minirepro.core.lm.corpus import Example, check_answer
+from minirepro.core.lm.models import prefill
 from minirepro.papers.sparseinfer.baselines import (
     SimilarityIndex,
     budget,
@@ -213,7 +213,7 @@ class ItemScore:
 
 def score_item(item: Item, d: Decoded, dense: Decoded, tokenizer: PreTrainedTokenizerBase) -> ItemScore:
     """Exact match of the generation, NLL of the reference and agreement with dense at decoded positions."""
-    correct = (check_answer_v2(item.example, tokenizer.decode(d.generated, skip_special_tokens=True))
+    correct = (check_answer(item.example, tokenizer.decode(d.generated, skip_special_tokens=True))
                if d.generated else None)
     lg, ref = d.logits[1:], item.cont[1:]
     nll = float(torch.nn.functional.cross_entropy(lg, ref, reduction="sum")) if len(ref) else 0.0

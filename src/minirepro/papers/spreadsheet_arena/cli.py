@@ -1,6 +1,7 @@
 """``minirepro arena ...``: serve the local arena, export its votes, print its leaderboard.
 
     minirepro arena serve [--host 127.0.0.1] [--port 8000] [--db arena.sqlite] [--seed 0]
+                          [--max-open-per-address 2000] [--secret-file arena.sqlite.secret]
     minirepro arena export [--db arena.sqlite] [--out votes.csv]
     minirepro arena leaderboard [--db arena.sqlite] [--n-boot 200]
 
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 DEFAULT_DB = "arena.sqlite"
+# Kept in step with app.py and store.py (imported lazily there, so --help stays quick).
+MAX_OPEN_PER_CLIENT, MAX_OPEN_PER_ADDRESS, SECRET_ENV = 20, 2000, "MINIREPRO_ARENA_SECRET"
 
 
 class _UsageError(Exception):
@@ -35,6 +38,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--db", default=DEFAULT_DB, help="SQLite vote database (created if missing)")
     s.add_argument("--seed", type=int, default=0, help="seed for prompts and pairings")
     s.add_argument("--prompts", type=int, default=25, help="prompts per category")
+    s.add_argument("--max-open-per-address", type=int, default=MAX_OPEN_PER_ADDRESS, metavar="N",
+                   help="unvoted battles kept per remote address, all its browser sessions together "
+                        f"(default {MAX_OPEN_PER_ADDRESS}: a class of 100 behind one address, each "
+                        f"session holding its {MAX_OPEN_PER_CLIENT})")
+    s.add_argument("--secret-file", default=None, metavar="PATH",
+                   help="file with the key that signs session cookies, made if missing (default: "
+                        f"the database's path + .secret; ${SECRET_ENV}, when set, is used instead)")
     e = sub.add_parser("export", help="write the votes as CSV for the chapter's analysis")
     e.add_argument("--db", default=DEFAULT_DB, help="SQLite vote database")
     e.add_argument("--out", default="-", help="CSV file to write ('-' for stdout)")
@@ -58,7 +68,13 @@ def _serve(args: argparse.Namespace) -> int:
         raise _UsageError(f"--port must be in 0..65535, got {args.port}")
     if args.seed < 0 or args.prompts < 1:
         raise _UsageError("--seed must be >= 0 and --prompts >= 1")
-    app = create_app(args.db, seed=args.seed, n_per_category=args.prompts)
+    if args.max_open_per_address < 1:
+        raise _UsageError(f"--max-open-per-address must be >= 1, got {args.max_open_per_address}")
+    try:
+        app = create_app(args.db, seed=args.seed, n_per_category=args.prompts,
+                         max_open_per_address=args.max_open_per_address, secret_file=args.secret_file)
+    except (ValueError, OSError) as exc:
+        raise _UsageError(str(exc)) from None
     try:
         server = make_arena_server(args.host, args.port, app, threaded=True)
     except OSError as exc:

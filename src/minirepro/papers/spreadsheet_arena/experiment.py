@@ -29,10 +29,18 @@ from minirepro.papers.spreadsheet_arena.voters import (
 ANCHOR = "gen-minimal"
 
 
-def seeded(seed: int) -> np.random.Generator:
-    """``core.set_seed`` without torch (this chapter uses none): seeds Python and NumPy
-    and returns ``np.random.default_rng(seed)``, the generator every draw here uses."""
-    return set_seed(seed, seed_torch=False)
+STREAMS = {"coverage": 1, "crowd coverage": 2, "widths": 3, "misspecified": 5}
+
+
+def seeded(seed: int, stream: int = 0) -> np.random.Generator:
+    """``core.set_seed`` without torch (this chapter uses none): seeds Python and NumPy and
+    returns ``np.random.default_rng(seed)``, the generator every draw here uses. With
+    ``stream`` > 0 (see :data:`STREAMS`), the generator of ``SeedSequence([seed, stream])``: one
+    independent stream per use of a seed. Offsets added to the seed (seed + 1000 for the
+    coverage arenas) made one base seed's stream another's arena: the replications, whose base
+    seeds are 1000 apart, drew the same battles twice."""
+    rng = set_seed(seed, seed_torch=False)
+    return rng if stream == 0 else np.random.default_rng([seed, stream])
 
 
 @dataclass
@@ -46,18 +54,28 @@ class Config(ScaledConfig):
     n_reps: int = 50
     n_orders: int = 20
     k_factor: float = 16.0
+    n_misspec: int = 40  # arenas per misspecified-voter arm (cheap: enough for the coverage test's power)
     n_voters: int = 40  # misspecified arm: voters sharing an arena's votes
     voter_spread: float = 0.5  # misspecified arm: s.d. of a voter's private taste per generator (logits)
     position_bias: float = 0.5  # misspecified voters: logits for the left-hand workbook
     minority_share: float = 0.3  # misspecified voters: share of votes from style-blind voters
     cycle: float = 0.5  # misspecified voters: logits of the intransitive cycle
     votes_csv: str | None = None  # a `minirepro arena export` CSV of real votes to analyse
+
+    def __post_init__(self) -> None:
+        if self.n_misspec < 1:
+            raise ValueError(f"n_misspec must be >= 1, got {self.n_misspec}")
+
+    @property
+    def misspec_seeds(self) -> list[int]:
+        """The misspecified arms' arenas: ``seed .. seed + n_misspec - 1`` (each on its own stream)."""
+        return list(range(self.seed, self.seed + self.n_misspec))
     PRESETS: ClassVar = {
         "smoke": {"n_seeds": 3, "n_per_category": 2, "n_battles": 2000, "n_boot": 100, "n_reps": 20,
-                  "n_orders": 10, "n_voters": 10},
+                  "n_orders": 10, "n_voters": 10, "n_misspec": 5},
         "book": {},
         "full": {"n_per_category": 100, "n_battles": 40000, "n_boot": 1000, "n_reps": 200,
-                 "n_orders": 50},
+                 "n_orders": 50, "n_misspec": 100},
     }
 
     @property
@@ -117,14 +135,14 @@ def interval_widths(runs: list[SeedRun], generators: list[str], n_boot: int,
                     level: float = 0.95) -> pd.DataFrame:
     """95% interval widths (Elo points) of the battle and the prompt-clustered bootstrap.
 
-    Per arena, both bootstraps of its votes (seeded by the arena's seed + 3000); one row per
+    Per arena, both bootstraps of its votes (the arena seed's "widths" stream); one row per
     non-anchor generator with the mean width over arenas and the ratio prompt / battle.
     """
     a = generators.index(ANCHOR)
     q = [(1 - level) / 2, (1 + level) / 2]
     rows = []
     for run in runs:
-        rng = seeded(run.seed + 3000)
+        rng = seeded(run.seed, STREAMS["widths"])
         for kind, fn in (("battle", R.bootstrap_bt), ("prompt", R.bootstrap_bt_clustered)):
             lo, hi = np.quantile(fn(run.votes, generators, n_boot, rng, a), q, axis=0)
             rows += [{"model": m, "seed": run.seed, "kind": kind, "width": hi[k] - lo[k]}
@@ -271,14 +289,14 @@ def misspecified_arms(cfg: Config, voters: VoterModel) -> dict[str, Misspec]:
 
 def misspecified_recovery(pool: Pool, voters: VoterModel, cfg: Config, seeds: list[int],
                           truth: dict[str, float]) -> pd.DataFrame:
-    """Each misspecified arm, one arena per seed (seeded by seed + 5000 + 100 * arm):
+    """Each misspecified arm, one arena per seed (the seed's "misspecified" stream + the arm's index):
     Kendall tau of the BT leaderboard with the planted voters' ``truth`` and the share of
     non-anchor generators whose 95% battle-bootstrap interval covers it. Long frame."""
     rows = []
     gens = [m for m in pool.generators if m != ANCHOR]
     for i, (arm, spec) in enumerate(misspecified_arms(cfg, voters).items()):
         for s in progress(seeds, desc=arm):
-            rng = seeded(s + 5000 + 100 * i)
+            rng = seeded(s, STREAMS["misspecified"] + i)
             votes = simulate_battles(pool, voters, cfg.n_battles, rng, misspec=spec)
             board = R.leaderboard(votes, pool.generators, cfg.n_boot, rng, anchor=ANCHOR).frame()
             b = board.set_index("model")
@@ -350,9 +368,9 @@ def run_seed(pool: Pool, voters: VoterModel, cfg: Config, seed: int) -> SeedRun:
                    expert_comparison(pool, votes))
 
 
-def run_experiment(pool: Pool, voters: VoterModel, cfg: Config, seeds: list[int]) -> list[SeedRun]:
-    """The chapter's experiment: :func:`run_seed`, one independent arena per seed."""
-    return [run_seed(pool, voters, cfg, s) for s in progress(seeds, desc="arenas")]
+def run_experiment(cfg: Config, pool: Pool, voters: VoterModel) -> list[SeedRun]:
+    """The chapter's experiment: :func:`run_seed`, one independent arena per seed of ``cfg.seeds``."""
+    return [run_seed(pool, voters, cfg, s) for s in progress(cfg.seeds, desc="arenas")]
 
 
 def style_checks(style: StyleResult, big: float = 0.5) -> dict[str, float | bool]:

@@ -303,7 +303,7 @@ def _features(wb: openpyxl.Workbook, n_charts: int, ev: Evaluation) -> dict[str,
         "formula_share": n_form / (n_form + n_num) if n_form + n_num else 0.0,
         "literal_formula_share": lit / n_form if n_form else 0.0,
         "cross_sheet_refs": float(cross), "n_charts": float(n_charts), "n_cond_formats": float(n_cf),
-        "n_named_ranges": float(len(wb.defined_names)),
+        "n_named_ranges": float(len(defined_names(wb))),  # workbook- and sheet-scoped names
         "frozen": float(any(ws.freeze_panes for ws in wb.worksheets)),
         "header_styled": header_styled / n_sheets, "styled_share": styled / n_cells if n_cells else 0.0,
         "number_format_share": fmt_num / (n_form + n_num) if n_form + n_num else 0.0,

@@ -35,6 +35,13 @@ import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from minirepro.papers.spreadsheet_arena.engine import (
+    Evaluation,
+    compile_formula,
+    error_texts,
+    evaluate_cells,
+)
+
 MAX_WORKERS = 4
 MAX_IDLE = 2
 GRACE_FACTOR, GRACE_S = 1.25, 1.0
@@ -110,9 +117,8 @@ def _decode(values: dict) -> dict:
 
 def _serve(conn_in: Connection, conn_out: Connection) -> None:
     """A worker's loop: evaluate requests until the caller goes away or the memory runs out."""
-    from minirepro.papers.spreadsheet_arena.evaluate import _compile, evaluate_cells
 
-    _compile("=SUM(A1:B2)")  # formulas imports its function modules on first use: not under the cap
+    compile_formula("=SUM(A1:B2)")  # formulas imports its function modules on first use: not under the cap
     base = _address_space()
     conn_out.send(("ready", None))
     while True:
@@ -237,7 +243,6 @@ def run_isolated(cells: dict, formulas_at: list, timeout_s: float, memory_mb: in
                  names: dict | None = None, sheets: tuple[str, ...] | None = None):
     """Evaluate ``cells`` (with the workbook's defined ``names`` and ``sheets``, see
     :func:`.evaluate.evaluate`) in a worker process; see the module docstring for the guarantees."""
-    from minirepro.papers.spreadsheet_arena.evaluate import Evaluation
 
     hard = GRACE_FACTOR * timeout_s + GRACE_S
     if not _slots.acquire(timeout=hard):
@@ -268,9 +273,8 @@ def run_isolated(cells: dict, formulas_at: list, timeout_s: float, memory_mb: in
         _checkin(w)
         values, complete, reason = payload
         values = _decode(values)
-        from minirepro.papers.spreadsheet_arena.evaluate import _errors
 
-        return Evaluation(values, _errors(values), complete, reason)
+        return Evaluation(values, error_texts(values), complete, reason)
     finally:
         _slots.release()
 

@@ -12,12 +12,14 @@
 
 from minirepro.papers.ssa import plots  # noqa: F401
 from minirepro.papers.ssa.claims import (
-    correlation_gap,
+    CROSS_RUN_COLUMNS,
     correlations,
-    cross_run_table,
+    partial_residuals,
     per_seed,
+    result_table,
     summary,
     theorem_table,
+    within_cells,
 )
 from minirepro.papers.ssa.data import Pairs, digit_attributes, digits_pairs, synthetic_pairs
 from minirepro.papers.ssa.experiment import ARMS, Config, Experiment, run_experiment
@@ -51,8 +53,8 @@ from minirepro.papers.ssa.model import (
 )
 
 __all__ = [
-    "ARMS", "ARMS_TRAINED", "Config", "correlations", "per_seed", "summary", "EnsembleEncoder", "Experiment", "Member", "Pairs", "SharedSpace",
-    "TrainedEnsemble", "build_ensemble", "check_pairs", "correlation_gap", "cross_run_table", "digit_attributes",
+    "ARMS", "ARMS_TRAINED", "CROSS_RUN_COLUMNS", "Config", "correlations", "partial_residuals", "result_table", "within_cells", "per_seed", "summary", "EnsembleEncoder", "Experiment", "Member", "Pairs", "SharedSpace",
+    "TrainedEnsemble", "build_ensemble", "check_pairs", "digit_attributes",
     "digits_pairs", "effective_rank", "gap_angle", "gap_penalty", "info_nce", "isometry_violation",
     "liang_gap", "measure", "normalize", "pair_cosine", "plots", "post_hoc", "principal_angles",
     "project", "project_normalize", "recall_at_k", "run_experiment", "shared_alignment",

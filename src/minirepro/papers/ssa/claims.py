@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats as _st
 
 CROSS_RUN_COLUMNS: tuple[str, str, str] = ("R@1", "alignment", "gap (deg)")
 
@@ -23,41 +22,54 @@ def per_seed(runs: pd.DataFrame, data: str, arm: str, metric: str, phi: float | 
 
 
 def theorem_table(runs: pd.DataFrame, arm: str = "CLIP", data: str = "synthetic") -> pd.DataFrame:
-    """Thm 3 per seed: the gap at every collapse angle, and the mean |Δθ - φ| over angles.
+    """Thm 3 per seed: at every collapse angle the gap and the smallest principal angle φ_min of the
+    subspaces the embeddings fill (99 % of the variance), and the means over angles of
+    |Δθ - φ| (the constructed angle) and of |Δθ - φ_min| (the learned one).
 
-    Rows: seeds; columns: ``gap at <phi>`` for each angle and ``mean |gap - phi|`` (degrees).
+    Rows: seeds; columns ``gap at <phi>``, ``phi_min at <phi>``, ``mean |gap - phi|`` and
+    ``mean |gap - phi_min|`` (degrees).
     """
     sel = runs[(runs["data"] == data) & (runs["arm"] == arm)]
-    wide = sel.pivot(index="seed", columns="phi", values="gap (deg)")
-    dev = (wide - np.asarray(wide.columns, float)[None, :]).abs().mean(1)
-    out = wide.rename(columns=lambda p: f"gap at {p:g}")
-    out["mean |gap - phi|"] = dev
+    gap = sel.pivot(index="seed", columns="phi", values="gap (deg)")
+    learned = sel.pivot(index="seed", columns="phi", values="phi_min (deg)")
+    out = pd.concat([gap.rename(columns=lambda p: f"gap at {p:g}"),
+                     learned.rename(columns=lambda p: f"phi_min at {p:g}")], axis=1)
+    out["mean |gap - phi|"] = (gap - np.asarray(gap.columns, float)[None, :]).abs().mean(1)
+    out["mean |gap - phi_min|"] = (gap - learned).abs().mean(1)
     return out
 
 
-def cross_run_table(runs: pd.DataFrame, data: str = "synthetic") -> np.ndarray:
-    """One row per run (seed x collapse angle x arm, post-hoc arms included) with the
-    columns ``CROSS_RUN_COLUMNS``: the sample the correlation bootstrap resamples."""
-    sel = runs[runs["data"] == data]
-    return sel[list(CROSS_RUN_COLUMNS)].to_numpy(dtype=float)
+def within_cells(runs: pd.DataFrame, columns: list[str], arms: tuple[str, ...] = ("CLIP", "gap penalty", "SSA"),
+                 data: str = "synthetic") -> pd.DataFrame:
+    """The runs of the trained ``arms`` with each of ``columns`` centred within its cell (arm x
+    collapse angle): what is left is how the seeds of one design differ, so arms and angles that
+    move a metric by design cannot make a correlation. One row per run, in a fixed order."""
+    sel = runs[(runs["data"] == data) & runs["arm"].isin(arms)].sort_values(["arm", "phi", "seed"])
+    if sel.empty:
+        raise KeyError(f"no runs of {arms} on {data!r}")
+    cells = sel.groupby(["arm", "phi"])[columns]
+    if (cells.size() < 2).any():
+        raise ValueError("centring within cells needs at least 2 seeds per (arm, angle)")
+    return (sel[columns] - cells.transform("mean")).reset_index(drop=True)
 
 
-def correlation_gap(rows: np.ndarray) -> float:
-    """|Spearman(R@1, alignment)| - |Spearman(R@1, gap)| over runs (``rows``: ``(n, 3)``
-    in the order of ``CROSS_RUN_COLUMNS``). Positive: retrieval follows alignment more."""
-    rows = np.asarray(rows, float)
-    if rows.ndim != 2 or rows.shape[1] != 3 or rows.shape[0] < 3:
-        raise ValueError(f"need an (n >= 3, 3) table of runs, got {rows.shape}")
-    r_align = _st.spearmanr(rows[:, 0], rows[:, 1]).statistic
-    r_gap = _st.spearmanr(rows[:, 0], rows[:, 2]).statistic
-    return float(abs(r_align) - abs(r_gap))
+def partial_residuals(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The residuals of ``x`` and of ``y`` after a least-squares line on ``z`` (with intercept): their
+    correlation is the partial correlation of ``x`` and ``y`` given ``z``."""
+    x, y, z = (np.asarray(v, float) for v in (x, y, z))
+    if not (x.shape == y.shape == z.shape) or x.ndim != 1 or x.size < 3:
+        raise ValueError(f"x, y, z must be aligned 1-d samples of >= 3 units, got {x.shape}, {y.shape}, {z.shape}")
+    design = np.column_stack([np.ones_like(z), z])
+    res = lambda v: v - design @ np.linalg.lstsq(design, v, rcond=None)[0]  # noqa: E731
+    return res(x), res(y)
 
 
-def correlations(rows: np.ndarray) -> dict[str, float]:
-    """Spearman's correlation of R@1 with alignment and with the gap over the runs."""
-    rows = np.asarray(rows, float)
-    return {"R@1 vs alignment": float(_st.spearmanr(rows[:, 0], rows[:, 1]).statistic),
-            "R@1 vs gap": float(_st.spearmanr(rows[:, 0], rows[:, 2]).statistic)}
+def correlations(cells: pd.DataFrame) -> dict[str, float]:
+    """Pearson's correlation of R@1 with alignment and with the gap over the runs of
+    :func:`within_cells`, and the partial one with alignment given the gap."""
+    ra, rg = (float(np.corrcoef(cells["R@1"], cells[c])[0, 1]) for c in ("alignment", "gap (deg)"))
+    px, py = partial_residuals(cells["alignment"], cells["R@1"], cells["gap (deg)"])
+    return {"R@1 vs alignment": ra, "R@1 vs gap": rg, "R@1 vs alignment given the gap": float(np.corrcoef(px, py)[0, 1])}
 
 
 def summary(runs: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -67,3 +79,22 @@ def summary(runs: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     out = runs.groupby(["data", "phi", "arm"], sort=False)[columns].mean().reset_index()
     out["arm"] = pd.Categorical(out["arm"], ARMS, ordered=True)
     return out.sort_values(["data", "phi", "arm"]).reset_index(drop=True)
+
+
+def result_table(table: pd.DataFrame, data: str) -> pd.DataFrame:
+    """The page's table for one data set: :func:`summary`'s means formatted as text (angles in
+    whole degrees, cosines and R@1 to 3 decimals, ``-`` for a value that does not exist), one
+    column per quantity, indexed by arm (and angle when there are several), so that nothing runs
+    together or shows as ``nan``. A plain DataFrame: the book's table style applies to it."""
+    sel = table[table["data"] == data]
+    if sel.empty:
+        raise KeyError(f"no rows for data={data!r}")
+    deg = lambda v: "-" if pd.isna(v) else f"{v:.0f}°"  # noqa: E731
+    num = lambda v: "-" if pd.isna(v) else f"{v:.3f}"  # noqa: E731
+    out = pd.DataFrame({"φ": [deg(v) for v in sel["phi"]], "arm": list(sel["arm"].astype(str)),
+                        "gap": [deg(v) for v in sel["gap (deg)"]], "φ_min": [deg(v) for v in sel["phi_min (deg)"]],
+                        "alignment": [num(v) for v in sel["alignment"]],
+                        "pair cos": [num(v) for v in sel["pair cosine"]], "R@1": [num(v) for v in sel["R@1"]]})
+    if "zero-shot" in sel and sel["zero-shot"].notna().any():
+        out["0-shot"] = [num(v) for v in sel["zero-shot"]]
+    return out.set_index(["arm"] if sel["phi"].nunique() == 1 else ["φ", "arm"]).drop(columns="φ", errors="ignore")

@@ -27,10 +27,12 @@ from minirepro.papers.tasm.compress import (
 )
 from minirepro.papers.tasm.data import FORMATS, make_episodes, patchify, shuffle_labels
 from minirepro.papers.tasm.experiment import (
+    GATED,
     METHODS,
     NOT_COMPARABLE,
     SPREAD,
     Config,
+    calibrate_delta,
     latency,
     per_seed,
     run_experiment,
@@ -41,6 +43,7 @@ from minirepro.papers.tasm.model import KV, ICLTransformer, attend
 from minirepro.papers.tasm.spread import SpreadICLTransformer, local_item_mask
 from minirepro.papers.tasm.tasm import (
     Gate,
+    dropped_bank,
     layer_weight,
     merge_weights,
     proportional_attention,
@@ -49,7 +52,7 @@ from minirepro.papers.tasm.tasm import (
     token_scores,
 )
 
-__all__ = ["FORMATS", "KV", "METHODS", "NOT_COMPARABLE", "SPREAD", "Config", "SpreadICLTransformer", "Gate", "ICLTransformer", "attend",
+__all__ = ["FORMATS", "GATED", "KV", "METHODS", "calibrate_delta", "dropped_bank", "NOT_COMPARABLE", "SPREAD", "Config", "SpreadICLTransformer", "Gate", "ICLTransformer", "attend",
            "bipartite_assign", "budget", "check_ratio", "h2o_select", "js_divergence", "latency",
            "layer_weight", "load_curve", "load_model", "load_spread_model", "local_item_mask", "make_episodes", "merge_into_sinks",
            "merge_weights", "patchify", "per_seed", "plots", "proportional_attention", "random_select",

@@ -185,7 +185,7 @@ class ICLTransformer(nn.Module):
 
         With ``bank`` and ``gate``: at each layer and query token, the top ``gate.top_m`` bank
         tokens (by the head-averaged attention logit) join the cache for that token when the
-        gate opens (Eq. of the JS gate; see :func:`minirepro.papers.tasm.compress.js_divergence`).
+        gate opens (Eq. (tasm-eq-gate); see :func:`minirepro.papers.tasm.compress.js_divergence`).
         Returns logits and a dict with the query's attention over the cache per layer
         (B, Q, M) and the gate-open fraction per layer.
         """

@@ -13,7 +13,7 @@ from minirepro.papers.tasm.data import GRID, ITEM, N_PATCH, PATCH
 
 COLORS = {"random": "#BCBD22", "H2O": "#D55E00", "SnapKV": "#E69F00", "ToMe": "#009E73",
           "TASM (prune)": "#CC79A7", "TASM (static core)": "#56B4E9", "TASM": "#0072B2",
-          "SnapKV (sees query)": "#7F7F7F", "full context": "#000000"}
+          "TASM (random gate)": "#8C6BB1", "SnapKV (sees query)": "#7F7F7F", "full context": "#000000"}
 
 
 def plot_accuracy_vs_ratio(table: pd.DataFrame, chance: float) -> Figure:
@@ -117,12 +117,14 @@ def plot_training_curve(curve: dict) -> Figure:
     return fig
 
 
-PAIRS = {"TASM merge - prune": ("TASM (static core)", "TASM (prune)"), "ToMe - H2O": ("ToMe", "H2O")}
+PAIRS = {"TASM merge - prune": ("TASM (static core)", "TASM (prune)"), "ToMe - H2O": ("ToMe", "H2O"),
+         "TASM merge - random": ("TASM (static core)", "random"), "ToMe - random": ("ToMe", "random")}
 
 
 def merge_minus_prune(table: pd.DataFrame) -> pd.DataFrame:
-    """Paired accuracy differences per (format, kept fraction, seed) for the two merge-vs-prune
-    pairs (:data:`PAIRS`): columns format, ratio, seed, pair, difference."""
+    """Paired accuracy differences per (format, kept fraction, seed) for the merge-vs-prune pairs
+    and each merging method against random pruning (:data:`PAIRS`, where both are in ``table``):
+    columns format, ratio, seed, pair, difference."""
     wide = table.pivot_table(index=["format", "ratio", "seed"], columns="method", values="accuracy")
     rows = [pd.DataFrame({"pair": name, "difference": wide[m] - wide[b]}).reset_index()
             for name, (m, b) in PAIRS.items() if m in wide and b in wide]
@@ -132,27 +134,29 @@ def merge_minus_prune(table: pd.DataFrame) -> pd.DataFrame:
 def plot_merge_vs_prune(table: pd.DataFrame, min_effect: float) -> Figure:
     """Merging minus pruning (accuracy, mean over seeds with 95% t intervals) against the kept
     fraction, one panel per format (setting), for TASM's merge vs its pruning ablation and ToMe
-    vs H2O; the shaded band is +- ``min_effect``."""
+    vs H2O (solid), and each merging method vs random pruning, the reference (dashed); the shaded
+    band is +- ``min_effect``."""
     d = merge_minus_prune(table)
     fmts = list(dict.fromkeys(d["format"]))
     s = seed_summary(d.assign(key=list(zip(d["format"], d.pair, d.ratio))), "key", "difference")
     s = s.assign(format=[k[0] for k in s.index], pair=[k[1] for k in s.index],
                  ratio=[k[2] for k in s.index]).reset_index(drop=True)
     fig, axes = plt.subplots(1, len(fmts), figsize=(7.5, 3.3), sharey=True, squeeze=False)
-    cols = {"TASM merge - prune": COLORS["TASM"], "ToMe - H2O": COLORS["ToMe"]}
+    cols = {"TASM merge - prune": (COLORS["TASM"], "-"), "ToMe - H2O": (COLORS["ToMe"], "-"),
+            "TASM merge - random": (COLORS["TASM"], "--"), "ToMe - random": (COLORS["ToMe"], "--")}
     for ax, fmt in zip(axes[0], fmts):
         ax.axhspan(-min_effect, min_effect, color="grey", alpha=0.15, lw=0, label=f"+-{min_effect} (min effect)")
         ax.axhline(0, color="black", lw=0.8)
-        for pair, col in cols.items():
+        for pair, (col, ls) in cols.items():
             g = s[(s["format"] == fmt) & (s.pair == pair)].sort_values("ratio")
             if g.empty:
                 continue
             m = g["difference mean"]
             ax.errorbar(g.ratio * 100, m, yerr=[m - g["difference lo"].fillna(m), g["difference hi"].fillna(m) - m],
-                        color=col, marker="o", ms=4, lw=1.4, capsize=2, label=pair)
+                        color=col, ls=ls, marker="o", ms=4, lw=1.4, capsize=2, label=pair)
         ax.set_title(fmt, fontsize=10)
         ax.set_xlabel("kept fraction of the demo cache (%)")
-    axes[0, 0].set_ylabel("accuracy difference (merge - prune)")
+    axes[0, 0].set_ylabel("accuracy difference")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", fontsize=8, frameon=False, bbox_to_anchor=(0.99, 0.5))
     fig.tight_layout()

@@ -90,16 +90,22 @@ class TASMCache:
     bank: list[KV]
     core_idx: list[torch.Tensor]
     merged_frac: list[float]
+    twice_frac: list[float] | None = None  # per layer: share of the top non-Core originals already merged
 
 
 def tasm_compress(pre: Prefill, b: int, bank_size: int, gamma: float = 0.5, merge: bool = True,
                   use_task: bool = True, window: int | None = 1) -> TASMCache:
-    """Eqs. (tasm-eq-score, tasm-eq-merge): per layer, score the tokens (Eq. S), keep the top ``b`` as Core sinks, merge each other
+    """Eqs. (tasm-eq-score, tasm-eq-merge): per layer, score the tokens (Eq. (tasm-eq-score)), keep the top ``b`` as Core sinks, merge each other
     token into its best sink (w_ij >= 0.5, coefficient e^{w_ij}) and put the top ``bank_size`` of
-    the others, uncompressed, in the Latent Bank [reconstruction: bank = highest-scoring non-core
-    originals]. ``merge=False`` prunes instead (ablation)."""
+    the tokens the Core lost (neither a sink nor merged into one), uncompressed, in the Latent
+    Bank [reconstruction: the bank holds the highest-scoring *dropped* originals, so that a token
+    the gate fetches is never also inside a sink: an open gate counts no original twice. Fewer
+    than ``bank_size`` tokens may be dropped; the bank is then padded with empty slots (size 0,
+    which attention ignores)]. ``merge=False`` prunes instead (ablation): every source is dropped.
+    ``twice_frac`` says, per layer, what share of the ``bank_size`` highest-scoring non-Core
+    originals (a bank that ignored merging) would have been counted twice."""
     L = len(pre.kv)
-    core, bank, idxs, frac = [], [], [], []
+    core, bank, idxs, frac, twice = [], [], [], [], []
     for li, kv in enumerate(pre.kv):
         T = kv.k.shape[2]
         if not 1 <= b <= T:
@@ -107,6 +113,7 @@ def tasm_compress(pre: Prefill, b: int, bank_size: int, gamma: float = 0.5, merg
         S = token_scores(kv, pre.attn[li], pre.is_label, li, L, gamma, use_task)
         order = S.argsort(1, descending=True)
         sinks, sources = order[:, :b].sort(1).values, order[:, b:]
+        assign = torch.full(sources.shape, -1, dtype=torch.long)
         if merge and sources.shape[1] > 0:
             w = merge_weights(flat_keys(kv), pre, sinks, sources, window)
             assign = bipartite_assign(w, SIM_THRESHOLD)
@@ -116,9 +123,26 @@ def tasm_compress(pre: Prefill, b: int, bank_size: int, gamma: float = 0.5, merg
         else:
             core.append(gather(kv, sinks))
             frac.append(0.0)
-        bank.append(gather(kv, sources[:, :bank_size]))
+        bank.append(dropped_bank(kv, sources, assign, bank_size))
+        twice.append(float((assign[:, :bank_size] >= 0).float().mean()) if bank_size > 0 else 0.0)
         idxs.append(sinks)
-    return TASMCache(core, bank, idxs, frac)
+    return TASMCache(core, bank, idxs, frac, twice)
+
+
+def dropped_bank(kv: KV, sources: torch.Tensor, assign: torch.Tensor, bank_size: int) -> KV:
+    """Eq. (tasm-eq-gate), the Latent Bank it reads [reconstruction]: the first ``bank_size`` of the
+    ``sources`` (B, S), in their order (by score), that were not merged (``assign == -1``),
+    uncompressed. Episodes with fewer dropped sources get empty slots (log size ``-inf``), which
+    attention and the gate's top-m ignore. Returns a cache of ``min(bank_size, S)`` slots."""
+    m = min(bank_size, sources.shape[1])
+    if m == 0:
+        return gather(kv, sources[:, :0])
+    dropped = assign < 0  # (B, S)
+    # stable order: dropped sources first, each group in score order
+    order = torch.argsort((~dropped).to(torch.int8), dim=1, stable=True)[:, :m]
+    out = gather(kv, sources.gather(1, order))
+    empty = ~dropped.gather(1, order)
+    return KV(out.k, out.v, out.logsize.masked_fill(empty, float("-inf")))
 
 
 @dataclass
@@ -127,10 +151,17 @@ class Gate:
     tokens with the largest attention logits (averaged over heads) are candidates; the gate opens
     when JS(P_core || P_expanded) > ``delta``, P the head-averaged attention [reconstruction: the
     summary compares consecutive decode steps; with one answer token we compare the core-only and
-    the expanded attention of the same step, as the chapter's issue asks]."""
+    the expanded attention of the same step].
+
+    ``shuffle`` (a generator) makes the *random gate* of the same budget: it opens as many (episode,
+    token) steps as the divergence gate would, at steps drawn at random, so that it adds the same
+    amount of memory without looking at the query. ``log`` (a list) collects every divergence the
+    gate computes (to calibrate ``delta``, see :func:`calibrate_delta`)."""
 
     top_m: int
     delta: float = DELTA
+    shuffle: torch.Generator | None = None
+    log: list | None = None
 
     def expand(self, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, ls: torch.Tensor,
                mask: torch.Tensor, bank: KV, o: torch.Tensor, p: torch.Tensor, n_core: int
@@ -141,7 +172,7 @@ class Gate:
         Returns the gated output (B, H, Q, dh) and the fraction of (episode, token) pairs opened."""
         dh = q.shape[-1]
         m = min(self.top_m, bank.k.shape[2])
-        bl = q @ bank.k.transpose(-1, -2) / math.sqrt(dh)  # (B, H, Q, Nb)
+        bl = q @ bank.k.transpose(-1, -2) / math.sqrt(dh) + bank.logsize[:, None, None, :]  # (B, H, Q, Nb)
         top = bl.mean(1).topk(m, dim=-1).indices  # (B, Q, m)
         H = q.shape[1]
         sel = top[:, None].expand(-1, H, -1, -1)
@@ -155,7 +186,12 @@ class Gate:
         o_exp = pe[..., :Mk] @ V + (pe[..., Mk:, None] * vb).sum(-2)
         p_core = torch.cat([p, torch.zeros_like(bl_sel)], -1).mean(1)
         js = js_divergence(p_core, pe.mean(1))  # (B, Q)
+        if self.log is not None:
+            self.log.append(js.flatten())
         opened = js > self.delta
+        if self.shuffle is not None:  # the same number of openings, at random steps
+            perm = torch.randperm(opened.numel(), generator=self.shuffle)
+            opened = opened.flatten()[perm].view_as(opened)
         return torch.where(opened[:, None, :, None], o_exp, o), float(opened.float().mean())
 
 

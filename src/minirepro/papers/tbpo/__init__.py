@@ -6,7 +6,7 @@
 - ``train``: the tiny GPT-2 policy, its fit to pi_ref, one shared training loop, metrics.
 - ``analysis``: per-seed final metrics, reward at matched KL, oscillation, pairing by seed
   (the chapter's rule objects decide the verdicts).
-- ``lm_setting``: the second setting on the shipped v2 substrate LM (``load_substrate``).
+- ``lm_setting``: the second setting on the shipped substrate LM (``load_substrate``).
 - ``plots``: the chapter's figures.
 """
 

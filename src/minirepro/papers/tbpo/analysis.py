@@ -1,7 +1,7 @@
 """Per-seed tables from an experiment: final metrics, reward at matched KL, oscillation.
 
 Verdicts are not decided here: the chapter's claims are rule objects
-(:mod:`minirepro.rules`) settled on the per-seed values that :func:`per_seed` returns,
+(:mod:`minirepro.claims.rules`) settled on the per-seed values that :func:`per_seed` returns,
 paired by seed with :func:`paired`.
 """
 

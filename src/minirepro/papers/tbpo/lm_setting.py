@@ -1,9 +1,9 @@
-"""TBPO's second setting: the book's shipped v2 language model and a programmatic reward.
+"""TBPO's second setting: the book's shipped substrate language model and a programmatic reward.
 
-The reference policy (and the start of every trained policy) is the v2 substrate's Llama-style
-model, loaded from its checked artifact (``minirepro.core.lm.load_substrate``: ``lm-v2-book``
-at book scale, ``lm-v2-smoke`` at smoke scale); nothing is pre-trained here. Prompts are the
-distinct openings of the v2 corpus's ``text`` family (``"text : the"``, ``"text : a"``, ...),
+The reference policy (and the start of every trained policy) is the substrate's Llama-style
+model, loaded from its checked artifact (``minirepro.core.lm.load_substrate``: ``lm-book``
+at book scale, ``lm-smoke`` at smoke scale); nothing is pre-trained here. Prompts are the
+distinct openings of the substrate corpus's ``text`` family (``"text : the"``, ``"text : a"``, ...),
 read from its validation split; a response is at most ``max_new_tokens`` sampled tokens (the
 end token, if sampled, is the last one). The reward is computed from the decoded words:
 
@@ -27,7 +27,7 @@ import torch.nn as nn
 
 from minirepro.core import ScaledConfig, progress, set_seed
 from minirepro.core.lm import Substrate, load_substrate
-from minirepro.core.lm.corpus_v2 import TOPICS
+from minirepro.core.lm.corpus import TOPICS
 from minirepro.papers.tbpo import losses as L
 from minirepro.papers.tbpo.train import METHODS, method_loss
 
@@ -38,9 +38,9 @@ SUBSTRATES = ("smoke", "book")
 class LMSettingConfig(ScaledConfig):
     """The LM setting: which shipped substrate model, the reward, the preference data, training."""
 
-    substrate: str = "book"        # shipped v2 model used as the reference {smoke, book}
+    substrate: str = "book"        # shipped substrate model used as the reference {smoke, book}
     model_name: str | None = None  # a local checkpoint folder (or hub id) used instead of the shipped model
-    topic: str = "ocean"           # reward topic (a key of corpus_v2.TOPICS)
+    topic: str = "ocean"           # reward topic (a key of corpus.TOPICS)
     length_penalty: float = 0.2    # reward cost per generated word
     n_prompts: int = 5             # distinct corpus openings used as prompts
     max_new_tokens: int = 8        # response length bound (tokens, end token included)
@@ -87,7 +87,7 @@ class LMSettingConfig(ScaledConfig):
 
 
 def topic_vocabulary(topic: str) -> frozenset[str]:
-    """[reconstruction] The nouns, adjectives and verbs of ``topic`` in the v2 corpus."""
+    """[reconstruction] The nouns, adjectives and verbs of ``topic`` in the substrate corpus."""
     if topic not in TOPICS:
         raise ValueError(f"unknown topic {topic!r}; expected one of {list(TOPICS)}")
     return frozenset(w for words in TOPICS[topic].values() for w in words)
@@ -347,9 +347,9 @@ class LMExperiment:
     prefs: dict[str, torch.Tensor]  # the first seed's pairs
 
 
-def run_lm_experiment(cfg: LMSettingConfig, seeds: list[int] | range) -> LMExperiment:
-    """Load the shipped substrate (no training); for each seed draw preference pairs and train
-    every method of ``cfg.methods`` from the substrate model.
+def run_lm_experiment(cfg: LMSettingConfig) -> LMExperiment:
+    """Load the shipped substrate (no training); for each seed of ``cfg.seeds`` draw preference
+    pairs and train every method of ``cfg.methods`` from the substrate model.
 
     With ``cfg.model_name`` (a local checkpoint folder, or a hub id when online) that model and
     its tokenizer replace the shipped ones (``load_substrate(..., model_name=...)``); the prompts
@@ -359,7 +359,7 @@ def run_lm_experiment(cfg: LMSettingConfig, seeds: list[int] | range) -> LMExper
     prompt_ids = encode_prompts(sub.tokenizer, prompts)
     start = evaluate_lm(LMPolicy(sub.model), sub, prompt_ids, cfg)  # the reference itself
     evals, first = [], None
-    for s in seeds:
+    for s in cfg.seeds:
         prefs = make_lm_preferences(sub, prompt_ids, cfg, seed=s)
         first = prefs if first is None else first
         ref_lp = pair_reference_logprobs(sub, prompt_ids, prefs)

@@ -409,11 +409,11 @@ class Experiment:
     prefs: dict[str, torch.Tensor]  # the first seed's preference pairs
 
 
-def run_experiment(cfg: Config, seed: int = 0, methods: tuple[str, ...] | None = None,
+def run_experiment(cfg: Config, methods: tuple[str, ...] | None = None,
                    start: Experiment | None = None) -> Experiment:
     """[reconstruction] the comparison: fit the policy to pi_ref once, then train every method.
 
-    Every method trains for seeds ``seed .. seed+n_seeds-1``.
+    Every method trains for the seeds ``cfg.seeds`` (``seed .. seed + n_seeds - 1``).
 
     ``start``: an experiment on the same testbed whose fitted starting policy is reused (the fit is
     deterministic given ``mdp_seed``, so this only saves its time).
@@ -443,7 +443,7 @@ def run_experiment(cfg: Config, seed: int = 0, methods: tuple[str, ...] | None =
     base.eval()
     init = evaluate(base, mdp, ev)
     evals, curves, first = [], [], None
-    for s in range(seed, seed + cfg.n_seeds):
+    for s in cfg.seeds:
         draw = make_token_preferences if cfg.labels == "token" else make_preferences
         prefs = prefs_to_tensors(draw(mdp, cfg.n_pairs, np.random.default_rng(s)))
         first = prefs if first is None else first

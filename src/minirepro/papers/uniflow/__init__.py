@@ -5,7 +5,7 @@
 * ``strategies``: the six aggregators as Flower ``Strategy`` classes and the client's side
   of a message; ``flower``: ``flwr``'s message types and an in-process client manager.
 * ``data``: digit images, synthetic "speech" spectrograms, token sequences; Dirichlet split.
-* ``model``: projectors -> frozen v2 LM with peft LoRA -> head, for many clients at once.
+* ``model``: projectors -> frozen substrate LM with peft LoRA -> head, for many clients at once.
 * ``experiment``: the chapter's config and the federated rounds; ``plots``: the figures.
 """
 

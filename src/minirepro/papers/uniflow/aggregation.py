@@ -81,7 +81,7 @@ def fedit(As: Sequence[np.ndarray], Bs: Sequence[np.ndarray], p: Sequence[float]
 def ridge_lambda(A_plus: np.ndarray, lam_rel: float) -> float:
     """[reconstruction] The absolute ridge weight ``lam = lam_rel * trace(A+ A+^T) / r``.
 
-    Eq. 11's ``lam`` is not scale-free; scaling it by the mean eigenvalue of ``A+ A+^T``
+    The paper's Eq. 11 ``lam`` is not scale-free; scaling it by the mean eigenvalue of ``A+ A+^T``
     makes a relative ``lam_rel`` mean the same for any initialisation scale of ``A``.
     """
     if not (np.isfinite(lam_rel) and lam_rel >= 0):

@@ -51,7 +51,7 @@ class Config(ScaledConfig):
     lam_grid: tuple[float, ...] = (1e-4, 1e-2, 1.0)
     lam_seeds: int = 3
     n_seeds: int = 5
-    backbone: str = "lm-v2-smoke"
+    backbone: str = "lm-smoke"
     methods: tuple[str, ...] = METHODS
     text_only: bool = True
     PRESETS: ClassVar = {
@@ -138,8 +138,9 @@ def _batches(fed: Federation, rng: np.random.Generator, b: int) -> list[np.ndarr
     return [rng.integers(0, len(c.y), size=b) for c in fed.clients]
 
 
-def run_experiment(cfg: Config, seeds: list[int]) -> Experiment:
-    """The chapter's experiment: every run of :func:`plan_runs` for ``cfg.rounds`` rounds.
+def run_experiment(cfg: Config) -> Experiment:
+    """The chapter's experiment: every run of :func:`plan_runs` on the seeds ``cfg.seeds``, for
+    ``cfg.rounds`` rounds.
 
     A round: each client applies the server's message, trains ``proj_steps`` steps of its
     projector and the head (stage I) and then ``lora_steps`` steps of the LoRA only
@@ -147,6 +148,7 @@ def run_experiment(cfg: Config, seeds: list[int]) -> Experiment:
     aggregates. The relative aggregation error, the clients' A drift, bytes up and down and
     the test accuracy (each client's model on its modality's test set) are recorded.
     """
+    seeds = cfg.seeds
     runs = plan_runs(cfg, seeds)
     feds = {s: make_federation(cfg.clients_per_modality, cfg.n_train, cfg.n_test, cfg.dirichlet, s)
             for s in seeds}

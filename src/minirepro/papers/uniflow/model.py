@@ -3,7 +3,7 @@
 Many clients (of several runs) train at once: the model holds ``G`` *groups*, one per
 (run, client), each with its own LoRA factors, its own change to the frozen weights, its
 own head and projector, and a batch of ``b`` samples. The backbone is peft's LoRA model
-of the book's v2 LM (``lm-v2-smoke``, frozen); only peft's ``lora_A``/``lora_B`` linears
+of the book's substrate LM (``lm-smoke``, frozen); only peft's ``lora_A``/``lora_B`` linears
 and the wrapped base linear are replaced by grouped versions, so peft's own
 ``forward`` (``base(x) + lora_B(lora_A(x)) * alpha / r``) runs for every group in one
 batched call. ``tests/unit/test_uniflow.py`` checks each group against a plain peft model.
@@ -22,10 +22,10 @@ TARGETS: tuple[str, ...] = ("q_proj", "v_proj", "up_proj", "down_proj")
 SHORT = {"q_proj": "q", "v_proj": "v", "up_proj": "up", "down_proj": "down"}
 
 
-def load_backbone(name: str = "lm-v2-smoke") -> nn.Module:
-    """[reconstruction] The frozen decoder (``LlamaModel``) of a shipped v2 LM artifact, eval mode, no gradients."""
+def load_backbone(name: str = "lm-smoke") -> nn.Module:
+    """[reconstruction] The frozen decoder (``LlamaModel``) of a shipped substrate LM artifact, eval mode, no gradients."""
     from minirepro.core.artifacts import verified_folder
-    from minirepro.core.lm.models_v2 import load_lm
+    from minirepro.core.lm.models import load_lm
 
     lm = load_lm(verified_folder(name))
     dec = lm.get_decoder()

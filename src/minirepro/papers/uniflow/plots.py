@@ -15,7 +15,7 @@ def _main(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_error(table: pd.DataFrame) -> plt.Figure:
-    """Relative aggregation error (Eq. uniflow-eq-error) per round: mean over seeds, seed range shaded;
+    """Relative aggregation error (Eq. (uniflow-eq-error)) per round: mean over seeds, seed range shaded;
     right panel: the clients' A drift."""
     t = _main(table)
     t = t[t["round"] > 0]

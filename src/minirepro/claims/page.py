@@ -1,0 +1,180 @@
+"""The ledger as the book shows it: a summary a reader takes in at once, verdict badges,
+and one compact table per chapter whose rows link to the chapter's claim.
+
+Everything here renders records (:mod:`minirepro.claims.ledger`) as HTML; the page
+(``book/ledger.md``) and the chapters' claims tables (:func:`minirepro.claims.results.claims_table`)
+call it. Classes are styled by ``book/_static/minirepro.css``.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from minirepro.claims.rules import VERDICTS
+
+SHORT = {"reproduced": "reproduced", "partly": "partly", "not reproduced": "not reproduced",
+         "not testable at this scale": "not testable"}
+CSS = {"reproduced": "rep", "partly": "part", "not reproduced": "notrep",
+       "not testable at this scale": "nottest"}
+
+
+def badge(verdict: str | None, fragile: bool = False, title: str = "") -> str:
+    """A verdict as a coloured badge with its text (and a "fragile" mark)."""
+    v = verdict or "(pending)"
+    cls = CSS.get(v, "pending")
+    t = f' title="{escape(title)}"' if title else ""
+    out = f'<span class="mr-badge mr-{cls}"{t}>{escape(SHORT.get(v, v))}</span>'
+    if fragile:
+        out += ' <span class="mr-fragile" title="more than one replication disagrees">fragile</span>'
+    return out
+
+
+def anchor(claim_id: str) -> str:
+    """The HTML id of a claim's row on its chapter page."""
+    return "claim-" + "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in claim_id)
+
+
+def chapter_href(entry: dict[str, Any], claim_id: str | None = None) -> str:
+    """The chapter page's address relative to the ledger page (``book/ledger.html``)."""
+    href = f"../notebooks/{entry['slug']}/{entry['chapter']}.html"
+    return href + (f"#{anchor(claim_id)}" if claim_id else "")
+
+
+def power_text(claim: dict[str, Any]) -> str:
+    p = claim.get("power")
+    if not isinstance(p, dict):
+        return "-" if claim.get("kind", "paper") == "check" else "?"
+    if p.get("value") is None:
+        return f'<span title="{escape(p.get("why") or "")}">n/a</span>'
+    return f'<span title="{escape(p.get("design") or "")}">{p["value"]:.2f}</span>'
+
+
+def units_text(claim: dict[str, Any]) -> str:
+    n = claim.get("n_units")
+    if n is None:
+        return "-"
+    unit = claim.get("unit", "seed")
+    return f"{n}&nbsp;{escape(unit)}{'s' if n != 1 and not unit.endswith('s') else ''}"
+
+
+def counts_of(claims: list[dict[str, Any]]) -> dict[str, int]:
+    return {v: sum(1 for c in claims if c.get("verdict") == v) for v in VERDICTS}
+
+
+def summary_html(entries: list[dict[str, Any]], short_names: dict[str, str]) -> str:
+    """Per chapter: the paper's claims by verdict, fragile and underpowered ones, checks passed."""
+    head = ("<tr><th>chapter</th><th>claims</th>"
+            + "".join(f"<th>{badge(v)}</th>" for v in VERDICTS)
+            + "<th>fragile</th><th>checks passed</th></tr>")
+    body, tot = [], {v: 0 for v in VERDICTS}
+    n_frag = n_paper = n_checks = n_passed = 0
+    for e in entries:
+        paper = [c for c in e["claims"] if c.get("kind", "paper") == "paper"]
+        checks = [c for c in e["claims"] if c.get("kind", "paper") == "check"]
+        cnt = counts_of(paper)
+        frag = sum(bool(c.get("fragile")) for c in e["claims"])
+        passed = sum(c.get("verdict") == VERDICTS[0] for c in checks)
+        for v in VERDICTS:
+            tot[v] += cnt[v]
+        n_frag, n_paper, n_checks, n_passed = n_frag + frag, n_paper + len(paper), n_checks + len(checks), n_passed + passed
+        name = escape(short_names.get(e["chapter"], e["title"]))
+        link = f'<a href="{chapter_href(e)}">{name}</a>' if not e.get("missing") else name
+        body.append(f"<tr><td>{link}</td><td>{len(paper)}</td>"
+                    + "".join(f"<td>{cnt[v] or ''}</td>" for v in VERDICTS)
+                    + f"<td>{frag or ''}</td><td>{passed}/{len(checks)}</td></tr>")
+    foot = (f"<tr class='mr-total'><td>all</td><td>{n_paper}</td>"
+            + "".join(f"<td>{tot[v]}</td>" for v in VERDICTS)
+            + f"<td>{n_frag}</td><td>{n_passed}/{n_checks}</td></tr>")
+    return (f'<table class="mr-ledger mr-summary"><thead>{head}</thead><tbody>{"".join(body)}{foot}'
+            "</tbody></table>")
+
+
+def claims_rows_html(entry: dict[str, Any], claims: list[dict[str, Any]], link: bool = True) -> str:
+    """One row per claim: the claim (its measurement, the paper's figure and the rule behind a
+    toggle), the verdict badge, units, power and replications."""
+    rows = []
+    for c in claims:
+        title = escape(c["statement"])
+        if link and not entry.get("missing"):
+            title = f'<a href="{chapter_href(entry, c["id"])}">{title}</a>'
+        more = (f'<details class="mr-more"><summary>measured</summary>'
+                f'<p><b>here:</b> {escape(str(c.get("measured")))}</p>'
+                f'<p><b>paper:</b> {escape(str(c.get("paper_value")))}</p>'
+                + (f'<p><b>this run alone:</b> {escape(str(c.get("run_verdict")))}</p>'
+                   if c.get("run_verdict") not in (None, c.get("verdict")) else "")
+                + (f'<p><b>recorded before the withdrawal:</b> {escape(str(c["recorded_verdict"]))}</p>'
+                   if c.get("recorded_verdict") else "")
+                + (f'<p><b>why:</b> {escape(str(c["why"].get("evidence")))}</p>' if c.get("why") else "")
+                + f'<p><b>rule:</b> {escape(str(c.get("rule")))}</p></details>')
+        from minirepro.claims.ledger import replication_text
+
+        cause = (c.get("why") or {}).get("cause")
+        extra = f'<br><span class="mr-cause mr-cause-{cause}">why: {cause}</span>' if cause else ""
+        full = ((entry.get("full") or {}).get("claims") or {}).get(c["id"]) if (entry.get("full") or {}).get("current") else None
+        if full:
+            extra += f'<br><small>at full scale: {escape(str(full.get("verdict")))}</small>'
+        rows.append(f'<tr data-cause="{cause or ""}"><td>{title}{more}</td>'
+                    f'<td>{badge(c.get("verdict"), bool(c.get("fragile")))}{extra}</td>'
+                    f"<td>{units_text(c)}</td><td>{power_text(c)}</td>"
+                    f"<td>{escape(replication_text(entry, c))}</td></tr>")
+    head = "<tr><th>claim</th><th>verdict</th><th>units</th><th>power</th><th>replications</th></tr>"
+    return f'<table class="mr-ledger mr-claims"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def ledger_html(entries: list[dict[str, Any]], short_names: dict[str, str],
+                build_note: str = "") -> str:
+    """The ledger page's body: the headline counts, a note on this build, the summary per
+    chapter, then one compact table per chapter (the paper's claims, then the checks)."""
+    paper = [c for e in entries for c in e["claims"] if c.get("kind", "paper") == "paper"]
+    checks = [c for e in entries for c in e["claims"] if c.get("kind", "paper") == "check"]
+    cnt = counts_of(paper)
+    frag = sum(bool(c.get("fragile")) for e in entries for c in e["claims"])
+    from minirepro.claims.why import CAUSES
+
+    causes = {k: sum((c.get("why") or {}).get("cause") == k for c in paper) for k in CAUSES}
+    head = (f'<p class="mr-headline"><b>{len(paper)} claims of the papers:</b> '
+            + ", ".join(f"{badge(v)} {cnt[v]}" for v in VERDICTS)
+            + ". Of those not reproduced or not testable, by cause: "
+            + ", ".join(f"{n} {k}" for k, n in causes.items() if n)
+            + f". <b>{frag}</b> verdicts are fragile (more than one replication disagrees). "
+            f"<b>{len(checks)} checks of the miniature</b>, "
+            f"{sum(c.get('verdict') == VERDICTS[0] for c in checks)} passed.</p>")
+    options = "".join(f'<option value="{k}">{k} ({n})</option>' for k, n in causes.items() if n)
+    filt = ('<p class="mr-filter"><label>Show the claims whose cause is '
+            f'<select id="mr-cause-filter"><option value="">any (all claims)</option>{options}</select>'
+            "</label></p><script>document.addEventListener('DOMContentLoaded',function(){"
+            "var s=document.getElementById('mr-cause-filter');if(!s)return;s.addEventListener('change',"
+            "function(){document.querySelectorAll('table.mr-claims tbody tr').forEach(function(r){"
+            "r.style.display=(!s.value||r.dataset.cause===s.value)?'':'none';});});});</script>")
+    out = [head, filt]
+    if build_note:
+        out.append(f'<p class="mr-note">{build_note}</p>')
+    out.append(summary_html(entries, short_names))
+    for e in entries:
+        name = escape(short_names.get(e["chapter"], e["title"]))
+        out.append(f'<h3 class="mr-chapter" id="ledger-{escape(e["chapter"])}">'
+                   f'<a href="{chapter_href(e)}">{name}</a>: {escape(e["title"])}</h3>')
+        if e.get("missing"):
+            out.append("<p>No ledger entry yet.</p>")
+            continue
+        stale = "" if e.get("current") else " The chapter changed since: its entry is out of date."
+        if e.get("withdrawn"):
+            stale = (f" <b>Withdrawn:</b> {escape(e['withdrawn']['why'])} Its verdicts are shown as not "
+                     "testable until it runs again; the recorded ones are under each claim.")
+        rep = e.get("replication") or {}
+        reps = (f"; replications over {escape(str(rep.get('param')))} at {rep.get('values')}"
+                + ("" if rep.get("current", True) else " (older notebook: not pooled)") if rep else "")
+        cpu = e.get("cpu_seconds")
+        out.append(f'<p class="mr-meta">Recorded at {escape(str(e.get("scale", "book")))} scale in '
+                   f'{float(e.get("seconds") or 0):.0f} s' + (f" (CPU {cpu:.0f} s)" if cpu else "")
+                   + f', {escape(str(e.get("date", "")))}{reps}.{stale}</p>')
+        for kind, heading in (("paper", "The paper's claims"), ("check", "Checks of the miniature")):
+            claims = [c for c in e["claims"] if c.get("kind", "paper") == kind]
+            if claims:
+                out.append(f'<p class="mr-kind">{heading}</p>' + claims_rows_html(e, claims))
+    return "\n".join(out)
+
+
+__all__ = ["ledger_html", "anchor", "badge", "chapter_href", "claims_rows_html", "counts_of", "power_text",
+           "summary_html", "units_text"]

@@ -1,0 +1,231 @@
+"""Pooled verdicts: each claim decided on the units of every run recorded for it (protocol v3).
+
+A chapter's records (``book/claims/``):
+
+``<slug>.json``
+    the recorded book-scale run (``minirepro claims --update``): per claim its rule as
+    JSON (``spec``), its data (``data``, per unit) and that run's own verdict.
+``replications/<slug>.json``
+    the K replications of the chapter's plan (:mod:`minirepro.claims.plan`;
+    ``minirepro claims --robustness K``): per run and claim, its verdict and data.
+``pilot/<slug>.json``
+    the pilot run on seeds never reported (``minirepro claims --pilot``): per claim its
+    data, whose spread gives each rule its power (:mod:`minirepro.claims.power`).
+
+:func:`pool_entry` decides each claim again with its own rule on the units of the
+recorded run and every current replication together (a replication run at the recorded
+run's own value is that run, counted once). A paper claim whose part has less than 0.8
+power at the pooled n is *not testable at this scale*, with the n it would need; the
+replications' own verdicts are the stability shown beside the pooled one, and a verdict
+that more than one of them contradicts is *fragile*. Nothing here runs a chapter: it
+reads records (the runs belong to :mod:`minirepro.run.replicate`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from minirepro.claims.power import TARGET, Power, power
+from minirepro.claims.rules import NOT_TESTABLE, AllOf, Given, Outcome, Rule, rule_from_spec
+from minirepro.core.stats import Interval
+
+FRAGILE_AFTER = 1  # a verdict more than this many replications contradict is fragile
+
+
+def records_dir(root: Path) -> Path:
+    return root / "book" / "claims"
+
+
+def replications_path(slug: str, root: Path) -> Path:
+    return records_dir(root) / "replications" / f"{slug}.json"
+
+
+def pilot_path(slug: str, root: Path) -> Path:
+    return records_dir(root) / "pilot" / f"{slug}.json"
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def concat(datas: list[Any]) -> Any:
+    """The per-unit data of several runs as one: lists joined, mappings key by key.
+
+    Raises:
+        ValueError: the runs' data do not have the same keys, or an interval computed by
+            the chapter (which cannot be pooled) is among them.
+    """
+    first = datas[0]
+    if isinstance(first, Mapping):
+        if first.get("__interval__"):
+            raise ValueError("an interval computed by the chapter cannot be pooled")
+        keys = list(first)
+        if any(not isinstance(d, Mapping) or list(d) != keys for d in datas):
+            raise ValueError(f"the runs' data differ in their keys: {[sorted(d) for d in datas]}")
+        return {k: concat([d[k] for d in datas]) for k in keys}
+    if isinstance(first, list):
+        out: list[Any] = []
+        for d in datas:
+            out.extend(d)
+        return out
+    if all(d == first for d in datas):  # a constant (e.g. a count given as a number)
+        return first
+    raise ValueError(f"cannot pool {type(first).__name__} values that differ between runs")
+
+
+def mean_by_unit(datas: list[Any]) -> Any:
+    """The per-unit data of several runs averaged position by position: for a plan whose
+    replications re-draw the test data of the *same* units (model seeds that are artifacts),
+    so that each unit is counted once, with the mean over its draws (the seed is the cluster).
+
+    Raises:
+        ValueError: the runs hold different numbers of units, or different keys.
+    """
+    first = datas[0]
+    if isinstance(first, Mapping):
+        if first.get("__interval__"):
+            raise ValueError("an interval computed by the chapter cannot be pooled")
+        keys = list(first)
+        if any(not isinstance(d, Mapping) or list(d) != keys for d in datas):
+            raise ValueError(f"the runs' data differ in their keys: {[sorted(d) for d in datas]}")
+        return {k: mean_by_unit([d[k] for d in datas]) for k in keys}
+    if isinstance(first, list):
+        if any(not isinstance(d, list) or len(d) != len(first) for d in datas):
+            raise ValueError("the runs hold different numbers of units: they cannot be averaged by unit")
+        return [float(np.mean([d[i] for d in datas])) for i in range(len(first))]
+    if all(d == first for d in datas):
+        return first
+    raise ValueError(f"cannot pool {type(first).__name__} values that differ between runs")
+
+
+def _revive(data: Any) -> Any:
+    """JSON data back into the form ``decide`` takes (intervals as :class:`Interval`)."""
+    if isinstance(data, Mapping):
+        if data.get("__interval__"):
+            return Interval(data["estimate"], data["low"], data["high"], data["level"], data["n"], data["method"])
+        return {k: _revive(v) for k, v in data.items()}
+    return data
+
+
+def _leaf_units(rule: Rule, data: Mapping[str, Any]) -> int:
+    return rule.n_units(**_revive(data))
+
+
+def decide(rule: Rule, data: Mapping[str, Any], pilot: Mapping[str, Any] | None,
+           gate: bool = True) -> tuple[Outcome, Power | None]:
+    """The rule's outcome on ``data`` and its power at the data's n; with ``gate`` a part
+    whose power is below the target (0.8) is *not testable*, saying the n it would need."""
+    if isinstance(rule, Given):
+        met, text, pre = rule.check(_revive(data["preconditions"]))
+        rest = {k: v for k, v in data.items() if k != "preconditions"}
+        inner_pilot = {k: v for k, v in (pilot or {}).items() if k != "preconditions"} if pilot else None
+        out, pw = decide(rule.rule, rest, inner_pilot, gate)
+        details = {**out.details, "preconditions": pre, "preconditions_met": met}
+        if not met:
+            return Outcome(NOT_TESTABLE, f"{text}; measured: {out.measured}", details), pw
+        return Outcome(out.verdict, f"{out.measured}; {text}", details), pw
+    if isinstance(rule, AllOf):
+        outs, powers = {}, {}
+        for name, part in rule.parts.items():
+            outs[name], powers[name] = decide(part, data[name], (pilot or {}).get(name) if pilot else None, gate)
+        known = {k: p for k, p in powers.items() if p is not None and p.value is not None}
+        weakest = min(known.values(), key=lambda p: p.value) if known else next(
+            (p for p in powers.values() if p is not None), None)
+        return rule.combine(outs), weakest
+    n = _leaf_units(rule, data)
+    out = rule.decide(**_revive(data))
+    pw = power(rule, pilot, n) if pilot is not None else Power(None, n, why="no pilot record")
+    if gate and pw.value is not None and pw.value < TARGET and out.verdict != NOT_TESTABLE:
+        return Outcome(NOT_TESTABLE, f"{out.measured}; underpowered: {pw.describe()}", out.details), pw
+    return out, pw
+
+
+def _runs_for(claim_id: str, entry: Mapping[str, Any], reps: Mapping[str, Any] | None) -> tuple[list[Any], list[str]]:
+    """The data of every run to pool for a claim (the recorded run first) and the
+    replications' own verdicts."""
+    head = next(c for c in entry["claims"] if c["id"] == claim_id)
+    datas = [head.get("data")]
+    verdicts: list[str] = []
+    if reps and reps.get("current", True):
+        head_value = (entry.get("params") or {}).get(reps.get("param", "seed"))
+        for run in reps.get("runs", []):
+            got = (run.get("claims") or {}).get(claim_id)
+            if not run.get("ok", True) or got is None:
+                continue
+            verdicts.append(got.get("verdict"))
+            if run.get("value") != head_value and got.get("data") is not None:
+                datas.append(got["data"])
+    return datas, verdicts
+
+
+def pool_claim(claim: Mapping[str, Any], entry: Mapping[str, Any], reps: Mapping[str, Any] | None,
+               pilot: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The v3 keys of one claim: pooled verdict and measurement, units, power, replications, fragile."""
+    out: dict[str, Any] = {"run_verdict": claim.get("run_verdict", claim.get("verdict")),
+                           "run_measured": claim.get("run_measured", claim.get("measured"))}
+    datas, rep_verdicts = _runs_for(claim["id"], entry, reps)
+    counts: dict[str, int] = {}
+    for v in rep_verdicts:
+        counts[v] = counts.get(v, 0) + 1
+    out["replications"] = counts
+    out["k"] = len(rep_verdicts)
+    spec = claim.get("spec")
+    if not spec or datas[0] is None:  # recorded before protocol v3: nothing to pool
+        out.update(verdict=out["run_verdict"], measured=out["run_measured"], n_units=None, power=None,
+                   pooled_runs=1, pooled=False)
+    else:
+        rule = rule_from_spec(spec)
+        note = ""
+        by_unit = (reps or {}).get("pool") == "by-unit"
+        try:
+            data = mean_by_unit(datas) if by_unit and len(datas) > 1 else concat(datas)
+            if by_unit and len(datas) > 1:
+                note = f" (each unit the mean of its {len(datas)} draws)"
+        except ValueError as exc:
+            data, note, datas = datas[0], f" (the recorded run alone: {exc})", datas[:1]
+        pilot_data = ((pilot or {}).get("claims") or {}).get(claim["id"])
+        paper = claim.get("kind", "paper") == "paper"
+        res, pw = decide(rule, data, pilot_data if paper else None, gate=paper)
+        out.update(verdict=res.verdict, measured=res.measured + note, details=res.details,
+                   n_units=rule.n_units(**_revive(data)), pooled_runs=len(datas), pooled=True,
+                   power=pw.as_json() if (pw is not None and paper) else None)
+    disagree = sum(n for v, n in counts.items() if v != out["verdict"])
+    out["fragile"] = bool(out["k"] and disagree > FRAGILE_AFTER)
+    return out
+
+
+def pool_entry(entry: dict[str, Any], root: Path) -> dict[str, Any]:
+    """``entry`` (a ledger entry) with every claim's v3 keys computed from the records."""
+    slug = entry["slug"]
+    reps = _read(replications_path(slug, root))
+    if reps is not None:
+        reps["current"] = reps.get("notebook_sha") == entry.get("notebook_sha")
+        try:
+            from minirepro.claims.plan import policy
+
+            reps["pool"] = policy(entry["chapter"], root).get("pool", "concat")
+        except (ValueError, OSError):
+            reps["pool"] = "concat"
+    pilot = _read(pilot_path(slug, root))
+    if pilot is not None and pilot.get("notebook_sha") != entry.get("notebook_sha"):
+        pilot = None  # a pilot of another version of the notebook says nothing of this one
+    claims = []
+    for c in entry["claims"]:
+        c = dict(c)
+        c.update(pool_claim(c, entry, reps, pilot))
+        claims.append(c)
+    out = dict(entry)
+    out["claims"] = claims
+    out["replication"] = ({"param": reps.get("param"), "k": reps.get("k"), "values": reps.get("values"),
+                           "current": reps["current"], "date": reps.get("date")} if reps else None)
+    out["pilot"] = {"value": pilot.get("value"), "date": pilot.get("date")} if pilot else None
+    return out
+
+
+__all__ = ["FRAGILE_AFTER", "concat", "decide", "pilot_path", "pool_claim", "pool_entry",
+           "replications_path"]
