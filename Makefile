@@ -4,7 +4,7 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help install book test unit goldens-check goldens-portable smoke goldens ledger lint lock clean browser labs lab-report
+.PHONY: help install book test unit goldens-check goldens-built goldens-portable smoke goldens ledger lint lock clean browser labs lab-report
 
 PYTHON ?= python3
 VENV := .venv
@@ -14,7 +14,8 @@ export TQDM_DISABLE := 1
 export PYTHONHASHSEED := 0
 
 help:
-	@echo "make test     unit tests, the goldens (native, then a second kernel set), a smoke book build (CI)"
+	@echo "make test     unit tests, a smoke book build checked against the goldens, the goldens under"
+	@echo "              a second kernel set, the browser check; a table of each stage's time (CI)"
 	@echo "make book     build the whole book at book scale and print where index.html is"
 	@echo "make smoke    build the book at smoke scale (warnings are errors)"
 	@echo "make goldens  re-make the smoke goldens (after changing a chapter)"
@@ -47,6 +48,12 @@ NBVAL := -q -n 2 --dist loadfile --nbval-lax --nbval-sanitize-with tests/goldens
 goldens-check: install
 	$(BIN)/python -m pytest $(NBVAL) tests/goldens
 
+# The smoke build's own executions (native kernels) against the goldens, cell by cell as
+# nbval compares them and record by record (tests/built): `make test` executes each
+# notebook once per kernel set instead of twice natively. Needs `make smoke` first.
+goldens-built: install
+	$(BIN)/python -m pytest tests/built -q -p no:cacheprovider
+
 # The goldens again under a second kernel set (torch's portable kernels, MKL's
 # reproducible mode) with an empty model cache: a golden that only one processor
 # reproduces fails here, on any machine, before it can land.
@@ -63,8 +70,21 @@ browser: install
 	@test -f _build/smoke/_build/html/index.html || $(BIN)/minirepro book --scale smoke -j $$(nproc)
 	MINIREPRO_BROWSER_REQUIRED=1 $(BIN)/python -m pytest tests/browser -q -p no:cacheprovider
 
-test: unit goldens-check goldens-portable smoke browser
-	@echo "make test: all checks passed"
+# Every check, stage by stage (the install first: a no-op when pyproject.toml and the lock
+# have not changed), then a table of each stage's wall time (_build/test-times.tsv);
+# the first failing stage stops the run (its table still prints).
+TEST_STAGES := install unit smoke goldens-built goldens-portable browser
+test:
+	@mkdir -p _build; times=_build/test-times.tsv; printf 'stage\tresult\tseconds\n' > $$times; \
+	status=0; for stage in $(TEST_STAGES); do \
+	    t0=$$(date +%s); \
+	    if $(MAKE) --no-print-directory $$stage; then r=passed; else r=FAILED; status=1; fi; \
+	    printf '%s\t%s\t%s\n' $$stage $$r $$(( $$(date +%s) - t0 )) >> $$times; \
+	    [ $$status -eq 0 ] || break; \
+	done; \
+	echo; echo "make test, stage by stage (wall seconds):"; column -t -s "$$(printf '\t')" $$times; \
+	awk -F '\t' 'NR > 1 { s += $$3 } END { printf "total   %d s\n", s }' $$times; \
+	if [ $$status -eq 0 ]; then echo "make test: all checks passed"; else exit 1; fi
 
 goldens: install
 	$(BIN)/minirepro goldens
@@ -78,7 +98,7 @@ labs: install
 	$(BIN)/minirepro lab --all
 
 lab-report: install
-	$(BIN)/python -m minirepro.labs
+	$(BIN)/python -m minirepro.labs.sample
 
 lint: install
 	$(BIN)/ruff check src tests/unit

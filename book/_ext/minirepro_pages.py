@@ -1,4 +1,4 @@
-"""Local Sphinx extension for the rendered book (issue 27).
+"""Local Sphinx extension for the rendered book.
 
 - Numbers (exercises, figures, tables, equations) restart in each chapter: Sphinx
   counts them across every page outside a numbered toctree, so the third chapter's
@@ -13,13 +13,33 @@
   ``jupyter_execute`` folder) in the download menu.
 - The style sheet ``book/_static/minirepro.css`` (wide tables wrap; the ledger's
   verdict column stays on screen at phone width).
+- A build below book scale (``minirepro_scale``, set by ``minirepro book --scale``;
+  else ``MINIREPRO_SCALE``) carries a banner on every page saying that its numbers are
+  smoke-scale (the theme's announcement bar).
+- ``{minirepro-status}`` (``book/status.md``): the execution status of this build, per
+  chapter: scale, time, peak memory, pass or fail and this build's verdict counts. It is
+  filled in when the page is written, after every notebook has executed, from myst-nb's
+  execution data, the build's execution record (``minirepro_execution``) and the
+  chapters' results records (``minirepro_results_dir``).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import json
+import os
 import re
 import shutil
+from html import escape
 from pathlib import Path
+
+from docutils import nodes
+from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx.util.docutils import SphinxDirective
+
+BANNER = ("<b>Smoke-scale build.</b> Every number on these pages comes from the smallest "
+          "preset (seconds a chapter, made to test the book), not from the book's runs: "
+          "read the book-scale build for results.")
 
 
 def _per_document_numbers(app, env):
@@ -96,7 +116,159 @@ def _copy_notebooks(app, exc):
                 shutil.copyfile(nb, dest / rel)
 
 
+def _scale(config) -> str:
+    return str(config.minirepro_scale or os.environ.get("MINIREPRO_SCALE") or "book")
+
+
+def _banner(app, config):
+    """Below book scale, the theme's announcement bar (every page) says so."""
+    scale = _scale(config)
+    if scale == "book":
+        return
+    options = dict(config.html_theme_options or {})
+    text = BANNER if scale == "smoke" else BANNER.replace("Smoke-scale", f"{scale.capitalize()}-scale", 1) \
+        .replace("the smallest preset (seconds a chapter, made to test the book)", f"the {scale} preset")
+    options["announcement"] = f'<span class="mr-scale-banner" data-scale="{escape(scale)}">{text}</span>'
+    config.html_theme_options = options
+
+
+# --------------------------------------------------------------------- the execution status page
+class status_placeholder(nodes.General, nodes.Element):  # noqa: N801 - a docutils node
+    """Where ``{minirepro-status}`` puts the table, once every notebook has executed."""
+
+
+class StatusDirective(SphinxDirective):
+    """``{minirepro-status}``: this build's execution status, per chapter."""
+
+    has_content = False
+
+    def run(self):
+        self.env.minirepro_status_docs = getattr(self.env, "minirepro_status_docs", set()) | {self.env.docname}
+        return [status_placeholder()]
+
+
+def _status_docs(app, env):
+    """The status page is written again in every build (its data is the build's)."""
+    return sorted(getattr(env, "minirepro_status_docs", set()) & set(env.found_docs))
+
+
+def _purge_status(app, env, docname):
+    getattr(env, "minirepro_status_docs", set()).discard(docname)
+
+
+def _merge_status(app, env, docnames, other):
+    env.minirepro_status_docs = getattr(env, "minirepro_status_docs", set()) | (
+        getattr(other, "minirepro_status_docs", set()) & set(docnames))
+
+
+def _read_json(path: str | None) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8")) if path else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def status_rows(env, config) -> list[dict]:
+    """One row per chapter of the build (``notebooks/NN-slug/slug``), in number order."""
+    from myst_nb.sphinx_ import NbMetadataCollector
+
+    meta = NbMetadataCollector.get_doc_data(env)
+    record = _read_json(config.minirepro_execution).get("notebooks", {})
+    results_dir = config.minirepro_results_dir or os.environ.get("MINIREPRO_RESULTS_DIR")
+    rows = []
+    for doc in sorted(d for d in env.found_docs if re.match(r"^notebooks/\d{2}-[^/]+/[^/]+$", d)):
+        slug = doc.split("/")[1]
+        exec_data = (meta.get(doc) or {}).get("exec_data") or {}
+        rec = record.get(f"{doc}.md") or {}
+        res = _read_json(str(Path(results_dir) / f"{slug}.json")) if results_dir else {}
+        ok = exec_data.get("succeeded")
+        if rec.get("status") == "failed":
+            ok = False
+        rows.append({"doc": doc, "slug": slug, "title": env.titles[doc].astext() if doc in env.titles else slug,
+                     "seconds": exec_data.get("runtime") if exec_data.get("runtime") is not None else rec.get("seconds"),
+                     "peak_mb": rec.get("peak_mb"), "ok": ok,
+                     "how": rec.get("status") or exec_data.get("method"),
+                     "executed": exec_data.get("mtime"), "claims": res.get("claims") or []})
+    return rows
+
+
+_WHOLE = "overflow-wrap: normal; word-break: normal"  # wrap between words, never inside one
+
+
+def status_html(rows: list[dict], scale: str, href) -> str:
+    """The status table: chapter, scale, time, peak memory, status, this build's verdicts of
+    the paper's claims (a badge per verdict with its count) and the checks passed. Seven
+    columns whose cells wrap between words only, so it fits the column at 800 px."""
+    from minirepro.claims.page import CSS, SHORT, counts_of
+    from minirepro.claims.rules import VERDICTS
+
+    cols = ("chapter", "scale", "time", "peak memory", "status", "verdicts of the paper's claims",
+            "checks passed")
+    head = "<tr>" + "".join(f'<th style="{_WHOLE}">{c}</th>' for c in cols) + "</tr>"
+    body = []
+    totals = {v: 0 for v in VERDICTS}
+    for r in rows:
+        paper = [c for c in r["claims"] if c.get("kind", "paper") == "paper"]
+        checks = [c for c in r["claims"] if c.get("kind", "paper") == "check"]
+        cnt = counts_of(paper)
+        when = (_dt.datetime.fromtimestamp(r["executed"]).strftime("%Y-%m-%d %H:%M")
+                if r["executed"] else "")
+        how = {"executed": "executed in this build", "cached": f"from the cache (executed {when})",
+               "cache": f"executed {when}"}.get(r["how"] or "", r["how"] or "")
+        secs = f'<span title="{escape(how)}">{r["seconds"]:.0f}&nbsp;s</span>' if r["seconds"] is not None else "-"
+        mem = f'{r["peak_mb"]:.0f}&nbsp;MB' if r["peak_mb"] else "-"
+        state = ('<span class="mr-badge mr-rep">pass</span>' if r["ok"] is True else
+                 '<span class="mr-badge mr-notrep">fail</span>' if r["ok"] is False else "not run")
+        verdicts = " ".join(f'<span class="mr-badge mr-{CSS[v]}" style="white-space: nowrap">'
+                            f"{cnt[v]}&nbsp;{escape(SHORT[v])}</span>" for v in VERDICTS if cnt[v])
+        for v in VERDICTS:
+            totals[v] += cnt[v]
+        passed = sum(c.get("verdict") == VERDICTS[0] for c in checks)
+        cells = [f'<a href="{escape(href(r["doc"]))}">{escape(r["title"].split(":")[0])}</a>',
+                 escape(scale), secs, mem, state, verdicts or ("-" if not r["claims"] else "none"),
+                 f"{passed}/{len(checks)}" if checks else "-"]
+        body.append(f'<tr data-chapter="{escape(r["slug"])}">'
+                    + "".join(f'<td style="{_WHOLE}">{c}</td>' for c in cells) + "</tr>")
+    n_ok = sum(r["ok"] is True for r in rows)
+    total = sum(r["seconds"] or 0 for r in rows)
+    all_verdicts = " ".join(f'<span class="mr-badge mr-{CSS[v]}" style="white-space: nowrap">'
+                            f"{n}&nbsp;{escape(SHORT[v])}</span>" for v, n in totals.items() if n)
+    foot = (f"<tr class='mr-total'><td style=\"{_WHOLE}\">{len(rows)} chapters</td><td></td>"
+            f"<td>{total:.0f}&nbsp;s</td><td></td><td>{n_ok}&nbsp;pass</td>"
+            f"<td style=\"{_WHOLE}\">{all_verdicts}</td><td></td></tr>")
+    return (f'<table class="mr-ledger mr-status"><thead>{head}</thead>'
+            f'<tbody>{"".join(body)}{foot}</tbody></table>')
+
+
+class StatusTransform(SphinxPostTransform):
+    """Replace ``{minirepro-status}``'s placeholder when the page is written."""
+
+    default_priority = 8
+
+    def run(self, **kwargs) -> None:
+        for node in list(self.document.findall(status_placeholder)):
+            rows = status_rows(self.env, self.config)
+            builder = self.app.builder
+            here = self.env.docname
+
+            def href(doc, builder=builder, here=here):
+                return builder.get_relative_uri(here, doc) if hasattr(builder, "get_relative_uri") else doc
+
+            html = status_html(rows, _scale(self.config), href)
+            node.replace_self(nodes.raw("", html, format="html"))
+
+
 def setup(app):
+    app.add_config_value("minirepro_scale", "", "html")
+    app.add_config_value("minirepro_results_dir", "", "html")
+    app.add_config_value("minirepro_execution", "", "html")
+    app.connect("config-inited", _banner)
+    app.add_node(status_placeholder, html=(lambda self, node: None, lambda self, node: None))
+    app.add_directive("minirepro-status", StatusDirective)
+    app.add_post_transform(StatusTransform)
+    app.connect("env-updated", _status_docs)
+    app.connect("env-purge-doc", _purge_status)
+    app.connect("env-merge-info", _merge_status)
     app.connect("builder-inited", _static_path)
     app.connect("env-get-updated", _per_document_numbers, priority=900)
     app.connect("html-page-context", _dedupe_scripts, priority=900)

@@ -16,6 +16,18 @@ and returns its defects, one line each (empty: the page is fine):
 ``check_phone(driver, url)`` reloads a page at phone width and reports a table
 column headed "verdict" that lies outside the screen.
 
+``layout_defects(driver, one_line_badges)`` reads the loaded page's tables (issue 47):
+
+- ``header``: a table header with a word broken across lines (a column squeezed until
+  its header wraps letter by letter: "not / re / pr / od..."); a break after a hyphen
+  or a slash is a line break, not a broken word;
+- ``badge``: a verdict badge (``.mr-badge``) with a word broken across lines, or, with
+  ``one_line_badges`` (the desktop width), a badge on more than one line.
+
+``check_width(driver, url, ..., width)`` reloads a page at another window width (800 px:
+a laptop with the sidebar shown) and returns its overflow and layout defects.
+``scale_banner(driver)`` is the text of the loaded page's scale banner (empty if none).
+
 The browser is started by :func:`start_browser` (chromedriver at
 ``/usr/bin/chromedriver``; never a downloaded browser).
 """
@@ -47,7 +59,7 @@ PLACEHOLDER_REPO = "github.com/minirepro/minirepro"
 # or the default ``<module.Class object at 0x...>``
 REPR_RE = re.compile(r"\b[A-Z][A-Za-z0-9_]*\([a-z_][a-z0-9_]*=[^,()\n]*, ?[a-z_][a-z0-9_]*="
                      r"|<[A-Za-z_][\w.]* object at 0x[0-9a-f]+>"
-                     r"|<claim [\w.-]+: [\w ]+>")  # minirepro.results.Claim's short repr
+                     r"|<claim [\w.-]+: [\w ]+>")  # minirepro.claims.results.Claim's short repr
 TEX_RE = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$")
 
 
@@ -312,3 +324,85 @@ def html_pages(html_root: Path) -> list[Path]:
     """Every HTML page of the build (not Sphinx's own search/genindex pages' assets)."""
     skip = {"_static", "_sources", "_images", "_sphinx_design_static", "reports", "_downloads"}
     return sorted(p for p in html_root.rglob("*.html") if not skip & set(p.relative_to(html_root).parts))
+
+
+# Run in the page: table headers and verdict badges, word by word (Range rectangles).
+_LAYOUT_JS = r"""
+const done = arguments[arguments.length - 1];
+const oneLine = arguments[0];
+const go = () => {
+  const col = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  const out = [];
+  const lines = (node, start, end) => {
+    const r = document.createRange();
+    r.setStart(node, start); r.setEnd(node, end);
+    const tops = new Set();
+    for (const q of r.getClientRects()) if (q.width > 0.5) tops.add(Math.round(q.top));
+    return tops.size;
+  };
+  const brokenWords = (el) => {
+    const bad = [];
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      if (!n.parentElement || !n.parentElement.getClientRects().length) continue;
+      for (const m of n.textContent.matchAll(/[^\s\-\u2010\u2013\/]+[\-\u2010\u2013\/]?/g))  // a break after a hyphen or slash is fine
+        if (m[0].length > 1 && lines(n, m.index, m.index + m[0].length) > 1) bad.push(m[0]);
+    }
+    return bad;
+  };
+  const where = (el) => { const s = el.closest('section[id]'); return s ? ' in section #' + s.id : ''; };
+  for (const th of col.querySelectorAll('table th')) {
+    const bad = brokenWords(th);
+    if (bad.length) out.push('header: "' + th.textContent.trim().slice(0, 40) + '" breaks "' + bad[0] +
+                             '" across lines (' + Math.round(th.getBoundingClientRect().width) + ' px wide)' + where(th));
+  }
+  for (const b of col.querySelectorAll('.mr-badge')) {
+    if (!b.getClientRects().length) continue;
+    const bad = brokenWords(b);
+    const text = b.textContent.trim();
+    if (bad.length) { out.push('badge: "' + text + '" breaks "' + bad[0] + '" across lines' + where(b)); continue; }
+    if (oneLine) {
+      const walker = document.createTreeWalker(b, NodeFilter.SHOW_TEXT);
+      let n = walker.nextNode();
+      while (n && !n.textContent.trim()) n = walker.nextNode();
+      if (n && lines(n, 0, n.textContent.length) > 1)
+        out.push('badge: "' + text + '" wraps onto ' + lines(n, 0, n.textContent.length) + ' lines' + where(b));
+    }
+  }
+  done(out);
+};
+const ready = () => (window.MathJax && MathJax.startup && MathJax.startup.promise)
+  ? MathJax.startup.promise.then(go, (e) => { go(); }) : go();
+if (document.readyState === 'complete') setTimeout(ready, 50);
+else window.addEventListener('load', () => setTimeout(ready, 50));
+"""
+
+
+def layout_defects(driver, one_line_badges: bool = True) -> list[str]:
+    """Table headers and verdict badges of the loaded page (see the module's docstring)."""
+    return list(driver.execute_async_script(_LAYOUT_JS, bool(one_line_badges)))
+
+
+def scale_banner(driver) -> str:
+    """The text of the loaded page's scale banner (the theme's announcement bar), or ``""``."""
+    return driver.execute_script(
+        "const b = document.querySelector('.bd-header-announcement .mr-scale-banner');"
+        "return b && b.getClientRects().length ? b.textContent.trim() : '';")
+
+
+LAPTOP = (800, 900)
+
+
+def check_width(driver, url: str, html_root: Path, base: str, width: int = LAPTOP[0],
+                one_line_badges: bool = False) -> list[str]:
+    """Reload ``url`` at ``width`` px: its overflow defects (tables that do not fit the
+    column) and its layout defects, each prefixed with the width."""
+    driver.set_window_size(width, DESKTOP[1])
+    try:
+        console_errors(driver)
+        driver.get(url)
+        data = driver.execute_async_script(_PAGE_JS)
+        found = [f"overflow: {o}" for o in data["overflow"]] + layout_defects(driver, one_line_badges)
+        return [f"at {width} px: {d}" for d in found]
+    finally:
+        driver.set_window_size(*DESKTOP)
