@@ -57,7 +57,7 @@ class Config(ScaledConfig):
     bon_temperature: float = 1.0
 
     PRESETS: ClassVar = {
-        "smoke": {"n_pool": 120, "n_train": 100, "n_eval": 12, "n_probe": 16,
+        "smoke": {"substrate": "smoke", "n_pool": 120, "n_train": 100, "n_eval": 12, "n_probe": 16,
                   "probe_sizes": (4, 16), "n_seeds": 1, "bon_prompts": 6, "bon_n": 4},
         "book": {},
         "full": {"n_pool": 4000, "n_train": 3000, "n_eval": 400, "probe_sizes": (2, 4, 8, 16, 32, 64, 128, 256),
