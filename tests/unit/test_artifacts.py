@@ -519,8 +519,19 @@ def repo_artifacts(monkeypatch) -> Path:
     return REPO / "artifacts"
 
 
+def _withdrawn_needs() -> set[str]:
+    import yaml
+
+    path = REPO / "book" / "claims" / "withdrawn.yml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return {n for entry in (data or {}).values() for n in entry.get("needs", [])}
+
+
 @pytest.mark.parametrize("name", REAL)
 def test_committed_artifact_matches_its_recipe(name, repo_artifacts):
+    if not (repo_artifacts / name).exists() and name in _withdrawn_needs():
+        pytest.skip(f"{name} is not built; book/claims/withdrawn.yml withdraws the records that need it "
+                    "(test_project checks they come back once it verifies)")
     problems = artifacts.verify(name, root=repo_artifacts)
     assert problems == [], (f"artifact {name} no longer matches its recipe; re-make it with "
                             f"`minirepro artifacts build {name}`:\n" + "\n".join(problems))

@@ -90,9 +90,9 @@ def test_declared_ranges_accept_values_inside(name, raw):
 
 
 @pytest.mark.parametrize("name,raw,shown", [("rho", "0", "(0, 1]"), ("rho", "1.01", "(0, 1]"),
-                                            ("steps", "0", "[1, inf]"), ("lam", "2", "[0, 2)"),
+                                            ("steps", "0", "[1, inf)"), ("lam", "2", "[0, 2)"),
                                             ("lam", "-0.1", "[0, 2)"), ("angles", "45,91", "[0, 90]"),
-                                            ("n_items", "0", "[1, inf]")])
+                                            ("n_items", "0", "[1, inf)")])
 def test_declared_ranges_refuse_values_outside_with_the_range(name, raw, shown):
     with pytest.raises(ChapterError, match=re.escape(shown)):
         parse_parameters(RANGED)[name].coerce(raw)

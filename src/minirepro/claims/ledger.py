@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -264,8 +265,12 @@ def summary_text(root: Path | None = None) -> str:
     for ch, cid, v, rob in s["fragile"]:
         lines.append(f"  {ch} {cid}: {v}; replications {rob}")
     lines.append(f"not testable for lack of power: {len(s['underpowered'])}")
+    by_chapter: dict[str, list[str]] = {}  # one line a chapter, so the summary stays short
     for ch, cid, need in s["underpowered"]:
-        lines.append(f"  {ch} {cid}" + (f": needs about n = {need}" if need else ""))
+        by_chapter.setdefault(ch, []).append(f"{cid} (n ≈ {need})" if need else cid)
+    for ch, items in by_chapter.items():
+        lines += textwrap.wrap(", ".join(items), width=120, initial_indent=f"  {ch}: ",
+                               subsequent_indent="    ", break_on_hyphens=False)
     lines.append("(the whole table: minirepro claims --all; --format md|csv|json)")
     return "\n".join(lines)
 
