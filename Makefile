@@ -4,7 +4,7 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-.PHONY: help install book test unit goldens-check goldens-built goldens-portable smoke goldens ledger lint lock clean browser labs lab-report
+.PHONY: help install book test unit fuzz goldens-check goldens-built goldens-portable smoke goldens ledger lint lock clean browser labs lab-report
 
 PYTHON ?= python3
 VENV := .venv
@@ -18,6 +18,7 @@ help:
 	@echo "              a second kernel set, the browser check; a table of each stage's time (CI)"
 	@echo "make book     build the whole book at book scale and print where index.html is"
 	@echo "make smoke    build the book at smoke scale (warnings are errors)"
+	@echo "make fuzz     the property tests with random search (hypothesis profile dev)"
 	@echo "make goldens  re-make the smoke goldens (after changing a chapter)"
 	@echo "make ledger   re-run every chapter at book scale and refresh the claims ledger"
 	@echo "make labs     the course pack: student editions and autograders in _build/labs"
@@ -39,8 +40,18 @@ book: install
 smoke: install
 	$(BIN)/minirepro book --scale smoke -j $$(nproc)
 
+# The unit tests with hypothesis derandomized (profile `ci`, tests/unit/conftest.py): every
+# run draws the same examples; the 40 slowest tests are listed at the end.
 unit: install
-	$(BIN)/python -m pytest tests/unit -q -n 2
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest tests/unit -q -n 2 --durations=40
+
+# Random search for new counterexamples (profile `dev`: 400 examples a property, a new seed
+# each run unless HYPOTHESIS_SEED is set). A failure found here becomes an @example.
+HYPOTHESIS_SEED ?=
+fuzz: install
+	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest tests/unit -q -n 2 -m "not slow" -p no:cacheprovider \
+	    $(if $(HYPOTHESIS_SEED),--hypothesis-seed=$(HYPOTHESIS_SEED)) \
+	    $$(grep -l "@given" tests/unit/test_*.py)
 
 NBVAL := -q -n 2 --dist loadfile --nbval-lax --nbval-sanitize-with tests/goldens/sanitize.cfg \
 	--nbval-cell-timeout 300 --nbval-current-env -p no:cacheprovider
