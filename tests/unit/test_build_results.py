@@ -29,7 +29,9 @@ def test_a_chapter_kernel_writes_its_record_into_the_build_folder(tmp_path):
 def test_a_build_at_the_records_scale_marks_a_verdict_that_differs(tmp_path):
     stored = ledger.load()
     entry = next(e for e in stored if e.get("claims"))
-    built = {"claims": [dict(c) for c in entry["claims"]], "metrics": {}, "seconds": 3.0}
+    # the build's single run gives each claim its recorded run's verdict (not the pooled one)
+    built = {"claims": [{**c, "verdict": c.get("run_verdict", c["verdict"])} for c in entry["claims"]],
+             "metrics": {}, "seconds": 3.0}
     flipped = built["claims"][0]
     run_verdict = entry["claims"][0].get("run_verdict", entry["claims"][0]["verdict"])
     flipped["verdict"] = "partly" if run_verdict != "partly" else "reproduced"

@@ -134,13 +134,24 @@ def test_correlation_operating_characteristics():
     assert share(rule.decide, at(0.0), draws=150) <= 0.05
 
 
-def test_allof_power_is_the_weakest_part_and_null_rarely_passes():
+def test_allof_power_is_p_every_part_reproduced_and_null_rarely_passes():
+    """v3.1: the power of a claim of several parts is P(every part reproduced): for independent
+    parts the product of theirs, checked against the rule's own decide on simulated draws."""
     a, b = Better("x", 0.03), Better("y", 0.01)
     rule = AllOf({"a": a, "b": b})
-    pilot = {"a": {"method": [0, 0.05 * np.sqrt(2)], "baseline": [0, 0]},
-             "b": {"method": [0, 0.05 * np.sqrt(2)], "baseline": [0, 0]}}
-    p = power(rule, pilot, 20)
-    assert p.value == pytest.approx(power(b, pilot["b"], 20).value) and "'b'" in p.design
+    sd = 0.05
+    pilot = {"a": {"method": [0, sd * np.sqrt(2)], "baseline": [0, 0]},
+             "b": {"method": [0, sd * np.sqrt(2)], "baseline": [0, 0]}}
+    n = 20
+    p = power(rule, pilot, n)
+    pa, pb = power(a, pilot["a"], n).value, power(b, pilot["b"], n).value
+    assert p.value == pytest.approx(pa * pb, abs=0.02) and p.value < min(pa, pb)
+
+    def at_design(rng):
+        return {"a": {"method": 0.03 + sd * rng.standard_normal(n), "baseline": np.zeros(n)},
+                "b": {"method": 0.01 + sd * rng.standard_normal(n), "baseline": np.zeros(n)}}
+
+    assert share(rule.decide, at_design, draws=2000) == pytest.approx(p.value, abs=0.03)
 
     def null(rng):
         return {k: {"method": 0.05 * rng.standard_normal(20), "baseline": np.zeros(20)} for k in "ab"}

@@ -14,10 +14,11 @@ A chapter's records (``book/claims/``):
 
 :func:`pool_entry` decides each claim again with its own rule on the units of the
 recorded run and every current replication together (a replication run at the recorded
-run's own value is that run, counted once). A paper claim whose part has less than 0.8
-power at the pooled n is *not testable at this scale*, with the n it would need; the
-replications' own verdicts are the stability shown beside the pooled one, and a verdict
-that more than one of them contradicts is *fragile*. Nothing here runs a chapter: it
+run's own value is that run, counted once). Protocol v3.1: a decided interval stays
+decided whatever the power; only a paper claim's *inconclusive* part whose power is below
+0.8 is *not testable at this scale*, with the n it would need. Each replication is decided
+again under the same rule and gate, and a verdict that more than one of them contradicts
+is *fragile*. Nothing here runs a chapter: it
 reads records (the runs belong to :mod:`minirepro.run.replicate`).
 """
 
@@ -31,7 +32,16 @@ from typing import Any
 import numpy as np
 
 from minirepro.claims.power import TARGET, Power, power
-from minirepro.claims.rules import NOT_TESTABLE, AllOf, Given, Outcome, Rule, rule_from_spec
+from minirepro.claims.rules import (
+    NOT_REPRODUCED,
+    NOT_TESTABLE,
+    PARTLY,
+    AllOf,
+    Given,
+    Outcome,
+    Rule,
+    rule_from_spec,
+)
 from minirepro.core.stats import Interval
 
 FRAGILE_AFTER = 1  # a verdict more than this many replications contradict is fragile
@@ -117,40 +127,73 @@ def _leaf_units(rule: Rule, data: Mapping[str, Any]) -> int:
 
 
 def decide(rule: Rule, data: Mapping[str, Any], pilot: Mapping[str, Any] | None,
-           gate: bool = True) -> tuple[Outcome, Power | None]:
-    """The rule's outcome on ``data`` and its power at the data's n; with ``gate`` a part
-    whose power is below the target (0.8) is *not testable*, saying the n it would need."""
+           gate: bool = True, search: bool = True) -> tuple[Outcome, Power | None]:
+    """The rule's outcome on ``data`` and its power (P(reproduced) of the whole rule at the
+    data's n and the rule's design point), protocol v3.1:
+
+    - an interval that lies in the claim's region, or excludes it, decides: the rule's own
+      verdict stands whatever the power;
+    - an *inconclusive* interval (``details["conclusive"]`` false: it holds both the null
+      and the claimed effect) is, with ``gate``, *not testable at this scale* when the
+      leaf's planned power is below :data:`~minirepro.claims.power.TARGET` (saying the n it
+      would need), and the rule's own verdict (not reproduced) when it is at least that.
+
+    The gate acts on each part of an :class:`AllOf` (each part has its own interval and its
+    own power); the power returned for a composite rule is the whole rule's. ``search``:
+    also search the n the rule would need when its power is short (slow; not needed to decide).
+    """
     if isinstance(rule, Given):
         met, text, pre = rule.check(_revive(data["preconditions"]))
         rest = {k: v for k, v in data.items() if k != "preconditions"}
         inner_pilot = {k: v for k, v in (pilot or {}).items() if k != "preconditions"} if pilot else None
-        out, pw = decide(rule.rule, rest, inner_pilot, gate)
+        out, _ = decide(rule.rule, rest, inner_pilot, gate, search=False)
+        pw = power(rule, pilot, _leaf_units(rule.rule, rest), search=search) if pilot is not None else None
         details = {**out.details, "preconditions": pre, "preconditions_met": met}
         if not met:
             return Outcome(NOT_TESTABLE, f"{text}; measured: {out.measured}", details), pw
         return Outcome(out.verdict, f"{out.measured}; {text}", details), pw
     if isinstance(rule, AllOf):
-        outs, powers = {}, {}
+        outs = {}
         for name, part in rule.parts.items():
-            outs[name], powers[name] = decide(part, data[name], (pilot or {}).get(name) if pilot else None, gate)
-        known = {k: p for k, p in powers.items() if p is not None and p.value is not None}
-        weakest = min(known.values(), key=lambda p: p.value) if known else next(
-            (p for p in powers.values() if p is not None), None)
-        return rule.combine(outs), weakest
+            outs[name], _ = decide(part, data[name], (pilot or {}).get(name) if pilot else None, gate,
+                                   search=False)
+        n = rule.n_units(**{k: _revive(v) for k, v in data.items()})
+        pw = power(rule, pilot, n, search=search) if pilot is not None else Power(None, n, why="no pilot record")
+        return rule.combine(outs), pw
     n = _leaf_units(rule, data)
     out = rule.decide(**_revive(data))
-    pw = power(rule, pilot, n) if pilot is not None else Power(None, n, why="no pilot record")
-    if gate and pw.value is not None and pw.value < TARGET and out.verdict != NOT_TESTABLE:
-        return Outcome(NOT_TESTABLE, f"{out.measured}; underpowered: {pw.describe()}", out.details), pw
+    pw = power(rule, pilot, n, search=search) if pilot is not None else Power(None, n, why="no pilot record")
+    inconclusive = out.details.get("conclusive") is False
+    if (gate and inconclusive and pw.value is not None and pw.value < TARGET
+            and out.verdict != NOT_TESTABLE):
+        return Outcome(NOT_TESTABLE, f"{out.measured}; inconclusive and underpowered: {pw.describe()}",
+                       {**out.details, "gated": True}), pw
     return out, pw
 
 
-def _runs_for(claim_id: str, entry: Mapping[str, Any], reps: Mapping[str, Any] | None) -> tuple[list[Any], list[str]]:
-    """The data of every run to pool for a claim (the recorded run first) and the
-    replications' own verdicts."""
+def _decided(details: Mapping[str, Any], verdict: str | None = None) -> bool:
+    """Whether the intervals behind an outcome decide its verdict: a leaf's interval is
+    conclusive and not gated; a claim of several parts is decided when every part is (or,
+    when it failed, when some part failed on a conclusive interval)."""
+    parts = {k: v for k, v in details.items() if isinstance(v, Mapping) and "verdict" in v and k != "preconditions"}
+    if not parts:
+        return details.get("conclusive") is not False and not details.get("gated")
+    if verdict in (NOT_REPRODUCED, PARTLY):
+        failed = [v for v in parts.values() if v["verdict"] in (NOT_REPRODUCED, PARTLY)]
+        if any(_decided(v, v["verdict"]) for v in failed):
+            return True
+    return all(_decided(v, v["verdict"]) for v in parts.values())
+
+
+def _runs_for(claim_id: str, entry: Mapping[str, Any],
+              reps: Mapping[str, Any] | None) -> tuple[list[Any], list[str], list[Any]]:
+    """The data of every run to pool for a claim (the recorded run first), the replications'
+    verdicts as each run recorded them, and each replication's own data (to decide it again
+    under the pooled verdict's rule and gate)."""
     head = next(c for c in entry["claims"] if c["id"] == claim_id)
     datas = [head.get("data")]
     verdicts: list[str] = []
+    rep_datas: list[Any] = []
     if reps and reps.get("current", True):
         head_value = (entry.get("params") or {}).get(reps.get("param", "seed"))
         for run in reps.get("runs", []):
@@ -158,26 +201,36 @@ def _runs_for(claim_id: str, entry: Mapping[str, Any], reps: Mapping[str, Any] |
             if not run.get("ok", True) or got is None:
                 continue
             verdicts.append(got.get("verdict"))
+            rep_datas.append(got.get("data"))
             if run.get("value") != head_value and got.get("data") is not None:
                 datas.append(got["data"])
-    return datas, verdicts
+    return datas, verdicts, rep_datas
+
+
+def _tally(verdicts: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v] = counts.get(v, 0) + 1
+    return counts
 
 
 def pool_claim(claim: Mapping[str, Any], entry: Mapping[str, Any], reps: Mapping[str, Any] | None,
                pilot: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The v3 keys of one claim: pooled verdict and measurement, units, power, replications, fragile."""
+    """The v3.1 keys of one claim: pooled verdict and measurement, units, power (P(reproduced)
+    of the whole rule), the replications decided again under the same rule and gate
+    (``replications``, their tally) beside the verdicts the runs recorded
+    (``replications_as_run``), and ``fragile``: more than one replication, decided under
+    the same rule and gate, disagrees with the pooled verdict."""
     out: dict[str, Any] = {"run_verdict": claim.get("run_verdict", claim.get("verdict")),
                            "run_measured": claim.get("run_measured", claim.get("measured"))}
-    datas, rep_verdicts = _runs_for(claim["id"], entry, reps)
-    counts: dict[str, int] = {}
-    for v in rep_verdicts:
-        counts[v] = counts.get(v, 0) + 1
-    out["replications"] = counts
+    datas, rep_verdicts, rep_datas = _runs_for(claim["id"], entry, reps)
+    out["replications_as_run"] = _tally(rep_verdicts)
+    out["replications"] = out["replications_as_run"]
     out["k"] = len(rep_verdicts)
     spec = claim.get("spec")
     if not spec or datas[0] is None:  # recorded before protocol v3: nothing to pool
         out.update(verdict=out["run_verdict"], measured=out["run_measured"], n_units=None, power=None,
-                   pooled_runs=1, pooled=False)
+                   pooled_runs=1, pooled=False, decided=None)
     else:
         rule = rule_from_spec(spec)
         note = ""
@@ -193,8 +246,22 @@ def pool_claim(claim: Mapping[str, Any], entry: Mapping[str, Any], reps: Mapping
         res, pw = decide(rule, data, pilot_data if paper else None, gate=paper)
         out.update(verdict=res.verdict, measured=res.measured + note, details=res.details,
                    n_units=rule.n_units(**_revive(data)), pooled_runs=len(datas), pooled=True,
+                   decided=_decided(res.details, res.verdict),
                    power=pw.as_json() if (pw is not None and paper) else None)
-    disagree = sum(n for v, n in counts.items() if v != out["verdict"])
+        again = []
+        for d in rep_datas:
+            if d is None:
+                continue
+            try:
+                again.append(decide(rule, d, pilot_data if paper else None, gate=paper, search=False)[0].verdict)
+            except (TypeError, ValueError, KeyError):
+                again = []
+                break
+        if again and len(again) == len(rep_verdicts):
+            out["replications"] = _tally(again)
+    # a replication contradicts the pooled verdict when it decides otherwise; one that cannot
+    # decide at its own n ("not testable") holds less evidence, not contrary evidence
+    disagree = sum(n for v, n in out["replications"].items() if v not in (out["verdict"], NOT_TESTABLE))
     out["fragile"] = bool(out["k"] and disagree > FRAGILE_AFTER)
     return out
 

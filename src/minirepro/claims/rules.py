@@ -123,12 +123,19 @@ class Better(Rule):
     computed, e.g. a bootstrap of a difference of correlations). The improvement is
     ``method - baseline`` when ``higher_is_better`` else ``baseline - method``.
 
-    Verdicts: *reproduced* if the interval of the mean improvement lies above 0 and
-    the mean improvement is at least ``min_effect``; *partly* if the interval lies
-    above 0 but the mean is below ``min_effect`` (a real but smaller effect);
-    *not testable at this scale* with fewer than 2 seeds, or when ``bound`` (the best
-    value any method could reach, per seed) leaves the baseline less than
-    ``min_effect`` of room; *not reproduced* otherwise.
+    Verdicts (protocol v3.1): *reproduced* if the interval of the mean improvement lies
+    above 0 and reaches ``min_effect`` (its upper end is at least the minimum effect: a
+    real improvement, and one as large as claimed is not excluded); *partly* if the
+    interval lies above 0 but below ``min_effect`` (a real effect, shown smaller than
+    claimed); *not testable at this scale* with fewer than 2 seeds, or when ``bound``
+    (the best value any method could reach, per seed) leaves the baseline less than
+    ``min_effect`` of room; *not reproduced* otherwise. The outcome's
+    ``details["conclusive"]`` says whether the interval decides: it does unless it holds
+    both 0 and ``min_effect`` (then only a powered design makes "not reproduced" a finding;
+    :func:`minirepro.claims.pool.decide`).
+
+    With the true improvement at ``min_effect``, "reproduced" is (nearly) the event "the
+    interval lies above 0", so the rule's power is the power of its test.
     """
 
     metric: str
@@ -154,9 +161,9 @@ class Better(Rule):
         how = "Student t" if self.interval == "t" else "percentile bootstrap"
         return (f"Paired over seeds, {self.method_name} must beat {self.baseline_name} on "
                 f"{self.metric} ({direction} is better): reproduced if the {_level(self.level)} "
-                f"{how} interval of the mean improvement lies above 0 and the mean improvement is "
-                f"at least {_num(self.min_effect)}{u}; partly if the interval lies above 0 but the "
-                f"mean improvement is smaller; not testable with fewer than 2 seeds; not "
+                f"{how} interval of the mean improvement lies above 0 and reaches "
+                f"{_num(self.min_effect)}{u}; partly if the interval lies above 0 but below "
+                f"{_num(self.min_effect)}{u}; not testable with fewer than 2 seeds; not "
                 f"reproduced otherwise.")
 
     def design_problem(self, n_seeds: int | None) -> str | None:
@@ -187,10 +194,11 @@ class Better(Rule):
             if room < self.min_effect:
                 return Outcome(NOT_TESTABLE, text + f"; the baseline is within {_num(room)}{u} of the "
                                "best possible value, less than the minimum effect", details)
-        if iv.low > 0 and iv.estimate >= self.min_effect:
+        details["conclusive"] = not (iv.low <= 0 and iv.high >= self.min_effect)
+        if iv.low > 0 and iv.high >= self.min_effect:
             return Outcome(REPRODUCED, text, details)
         if iv.low > 0:
-            return Outcome(PARTLY, text + " (real but below the minimum effect)", details)
+            return Outcome(PARTLY, text + " (real, but the interval lies below the minimum effect)", details)
         return Outcome(NOT_REPRODUCED, text, details)
 
 
@@ -271,6 +279,8 @@ class Equivalent(_PairedMargin):
                 f"vs {self.trivial_name}: {_num(power.estimate)}{u}")
         details = {"estimate": ci.estimate, "low": ci.low, "high": ci.high, "n": ci.n, "p_tost": p,
                    "margin": self.margin, "power_estimate": power.estimate, "powered": powered}
+        details["conclusive"] = bool((-self.margin < ci.low and ci.high < self.margin)
+                                     or ci.low >= self.margin or ci.high <= -self.margin)
         if a.size < 2 or not powered:
             return Outcome(NOT_TESTABLE, text + " (no power: not distinguishable from doing nothing)"
                            if a.size >= 2 else text + "; fewer than 2 seeds", details)
@@ -327,6 +337,7 @@ class NonInferior(_PairedMargin):
                 f"vs {self.trivial_name}: {_num(power.estimate)}{u}")
         details = {"estimate": ci.estimate, "low": ci.low, "high": ci.high, "n": ci.n,
                    "margin": self.margin, "power_estimate": power.estimate, "powered": powered}
+        details["conclusive"] = bool(ci.low > -self.margin or ci.high <= -self.margin)
         if a.size < 2:
             return Outcome(NOT_TESTABLE, text + "; fewer than 2 seeds", details)
         if not powered:
@@ -422,9 +433,15 @@ class Threshold(Rule):
             if iv.n < 2:
                 return Outcome(NOT_TESTABLE, text + "; fewer than 2 seeds", details)
         text += f"; bound {_num(self.bound)}{u}"
+        if self.over == "every":
+            details["conclusive"] = True  # no interval: the values decide
+        else:  # the interval decides unless it holds the bound
+            wrong_side = details["low"] >= self.bound if self.direction == "below" else details["high"] <= self.bound
+            details["conclusive"] = bool(self._passes(v, self.bound) or wrong_side)
         if self._passes(v, self.bound):
             return Outcome(REPRODUCED, text, details)
         if self.partly_bound is not None and self._passes(v, self.partly_bound):
+            details["conclusive"] = True  # the rule's own partial verdict, decided at the looser bound
             return Outcome(PARTLY, text + f" (within the partly bound {_num(self.partly_bound)}{u})", details)
         return Outcome(NOT_REPRODUCED, text, details)
 
@@ -491,10 +508,14 @@ class AllOf(Rule):
 class Correlation(Rule):
     """A correlation over units: ``decide(x=[...], y=[...])``, one pair per unit.
 
-    Reproduced if the ``level`` percentile-bootstrap interval of the correlation (units
-    resampled together) lies above 0 and the correlation is at least ``min_r``; partly if
-    the interval lies above 0 but the correlation is smaller; not testable with fewer than
-    4 units; not reproduced otherwise. ``method``: ``"pearson"`` or ``"spearman"``.
+    Reproduced if the ``level`` percentile-bootstrap interval of the correlation lies above
+    0 and reaches ``min_r``; partly if the interval lies above 0 but below ``min_r``; not
+    testable with fewer than 4 units (or 4 clusters); not reproduced otherwise (protocol
+    v3.1, as :class:`Better`). ``method``: ``"pearson"`` or ``"spearman"``.
+
+    ``decide(x=[...], y=[...], cluster=[...])``: with ``cluster`` (one label per unit, e.g.
+    the seed a run belongs to) the bootstrap resamples whole clusters (units that share a
+    seed are not independent), and the units counted are the clusters.
     """
 
     x_name: str
@@ -513,8 +534,8 @@ class Correlation(Rule):
 
     def sentence(self) -> str:
         return (f"The {self.method} correlation between {self.x_name} and {self.y_name} over units: "
-                f"reproduced if its {_level(self.level)} bootstrap interval lies above 0 and it is at "
-                f"least {_num(self.min_r)}; partly if the interval lies above 0 but it is smaller; "
+                f"reproduced if its {_level(self.level)} bootstrap interval lies above 0 and reaches "
+                f"{_num(self.min_r)}; partly if the interval lies above 0 but below it; "
                 "not testable with fewer than 4 units; not reproduced otherwise.")
 
     def statistic(self, xy: np.ndarray) -> float:
@@ -532,28 +553,53 @@ class Correlation(Rule):
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(den > 0, (xc * yc).sum(axis=1) / np.where(den > 0, den, 1.0), np.nan)
 
-    def decide(self, x: Sequence[float], y: Sequence[float], n_boot: int = 4000, seed: int = 0) -> Outcome:
+    def n_units(self, **data: Any) -> int:
+        if data.get("cluster") is not None:
+            return int(np.unique(np.asarray(data["cluster"])).size)
+        return super().n_units(**data)
+
+    def decide(self, x: Sequence[float], y: Sequence[float], n_boot: int = 4000, seed: int = 0,
+               cluster: Sequence[Any] | None = None) -> Outcome:
         a, b = as_sample(x, "x"), as_sample(y, "y")
         if a.shape != b.shape:
             raise ValueError(f"x and y must be aligned by unit: {a.size} vs {b.size}")
-        details: dict[str, Any] = {"n": int(a.size), "min_r": self.min_r}
-        if a.size < 4:
-            return Outcome(NOT_TESTABLE, f"{a.size} units; fewer than 4", details)
+        rng = np.random.default_rng(seed)
+        if cluster is not None:
+            labels = np.asarray(cluster)
+            if labels.shape != a.shape:
+                raise ValueError(f"cluster must give one label per unit: {labels.size} vs {a.size}")
+            groups = [np.flatnonzero(labels == g) for g in np.unique(labels)]
+            details: dict[str, Any] = {"n": len(groups), "n_rows": int(a.size), "min_r": self.min_r}
+            if len(groups) < 4:
+                return Outcome(NOT_TESTABLE, f"{len(groups)} clusters; fewer than 4", details)
+            picks = rng.integers(0, len(groups), size=(n_boot, len(groups)))
+            if len({g.size for g in groups}) == 1:
+                idx = np.stack(groups)[picks].reshape(n_boot, -1)  # whole clusters resampled together
+            else:  # unequal clusters: one resample at a time
+                boots_u = np.array([self.statistic(np.column_stack([a[j], b[j]])) for j in
+                                    (np.concatenate([groups[k] for k in row]) for row in picks)])
+                idx = None
+        else:
+            details = {"n": int(a.size), "min_r": self.min_r}
+            if a.size < 4:
+                return Outcome(NOT_TESTABLE, f"{a.size} units; fewer than 4", details)
+            idx = rng.integers(0, a.size, size=(n_boot, a.size))
         r = self.statistic(np.column_stack([a, b]))
-        idx = np.random.default_rng(seed).integers(0, a.size, size=(n_boot, a.size))
-        boots = self._r(a[idx], b[idx])  # units resampled together (percentile bootstrap)
+        boots = self._r(a[idx], b[idx]) if idx is not None else boots_u  # percentile bootstrap
         boots = boots[np.isfinite(boots)]
         if not math.isfinite(r) or boots.size == 0:
             return Outcome(NOT_TESTABLE, "a variable is constant: no correlation", details)
         alpha = (1 - self.level) / 2
         lo, hi = (float(q) for q in np.quantile(boots, [alpha, 1 - alpha]))
-        iv = Interval(r, lo, hi, self.level, int(a.size), "bootstrap")
-        details.update(estimate=r, low=lo, high=hi)
+        iv = Interval(r, lo, hi, self.level, int(details["n"]), "bootstrap" if cluster is None else "cluster bootstrap")
+        details.update(estimate=r, low=lo, high=hi, conclusive=not (lo <= 0 and hi >= self.min_r))
         text = f"{self.method} r {iv.describe(3)}; min r {_num(self.min_r)}"
-        if iv.low > 0 and iv.estimate >= self.min_r:
+        if cluster is not None:
+            text += f" ({a.size} units in {details['n']} clusters, resampled by cluster)"
+        if iv.low > 0 and iv.high >= self.min_r:
             return Outcome(REPRODUCED, text, details)
         if iv.low > 0:
-            return Outcome(PARTLY, text + " (real but below the minimum)", details)
+            return Outcome(PARTLY, text + " (real, but the interval lies below the minimum)", details)
         return Outcome(NOT_REPRODUCED, text, details)
 
 

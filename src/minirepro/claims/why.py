@@ -67,18 +67,60 @@ def load_causes(slug: str, root: Path) -> dict[str, dict[str, str]]:
     return {str(k): {"cause": str(v["cause"]), "evidence": str(v["evidence"])} for k, v in table.items()}
 
 
+def _tally_text(claim: Mapping[str, Any]) -> str:
+    reps, k = claim.get("replications") or {}, claim.get("k") or 0
+    return ", ".join(f"{n}/{k} {v}" for v, n in sorted(reps.items(), key=lambda x: (-x[1], x[0])))
+
+
+def _stable(claim: Mapping[str, Any]) -> bool:
+    """At least two replications, decided under the same rule, and not fragile."""
+    return (claim.get("k") or 0) >= 2 and not claim.get("fragile")
+
+
 def _auto(claim: Mapping[str, Any]) -> dict[str, str] | None:
+    """The cause that the records themselves establish, or None (protocol v3.1, §5):
+
+    - a precondition not met: ``substrate`` (its measurement);
+    - not testable because an inconclusive interval is underpowered: ``protocol`` (the n needed);
+    - not testable because the baseline already sits at the best possible value: ``protocol``;
+    - a verdict that more than one replication contradicts: ``protocol`` (the draw decides it);
+    - a decided interval (it excludes the claim, or shows the effect smaller than claimed), or
+      an inconclusive one from a design powered to find the minimum effect, stable over its
+      replications: ``disagrees``, with the interval, P(reproduced) at the minimum effect and
+      the replications' tally.
+    """
     details = claim.get("details") or {}
     measured = str(claim.get("measured") or "")
+    verdict = claim.get("verdict")
+    p = claim.get("power") or {}
     if details.get("preconditions_met") is False or measured.startswith("precondition not met"):
         return {"cause": "substrate", "evidence": measured.split("; measured:")[0]}
-    if "underpowered" in measured:
-        p = claim.get("power") or {}
+    if verdict == "not testable at this scale" and "underpowered" in measured:
         need = p.get("needed_n")
+        rng = p.get("needed_range")
+        span = (f" (90% range {rng[0] or '?'}–{rng[1] or '> 5000'} from the pilot's spread)"
+                if rng else "")
         return {"cause": "protocol", "evidence": (
-            f"the rule's test has power {p.get('value', 0):.2f} at the {claim.get('n_units')} units run"
-            + (f"; about {need} units would give 0.8" if need else "; no n up to 5000 gives 0.8")
+            f"the interval is inconclusive and the rule's P(reproduced) at the minimum effect is "
+            f"{p.get('value', 0):.2f} at the {claim.get('n_units')} units run"
+            + (f"; about {need} units would give 0.8{span}" if need else "; no n up to 5000 gives 0.8")
             + " (the miniature cannot decide it at this size)")}
+    if verdict == "not testable at this scale" and "best possible value" in measured:
+        return {"cause": "protocol", "evidence": (
+            "the baseline already sits within the minimum effect of the best value any method "
+            f"could reach ({measured}); the miniature leaves no room to show an improvement")}
+    if claim.get("fragile"):
+        return {"cause": "protocol", "evidence": (
+            f"the pooled verdict rests on {claim.get('n_units')} units, but the replications decided "
+            f"under the same rule disagree ({_tally_text(claim)}): which way it goes depends on "
+            "the draw at this size")}
+    pw = p.get("value")
+    powered = pw is not None and pw >= 0.8
+    if verdict == "not reproduced" and (claim.get("decided") or powered) and _stable(claim):
+        return {"cause": "disagrees", "evidence": (
+            f"decided on {claim.get('n_units')} units: {measured}"
+            + (f"; P(reproduced) at the minimum effect {pw:.2f}" if pw is not None else "")
+            + f"; the replications, decided under the same rule: {_tally_text(claim)}")}
     return None
 
 
@@ -86,7 +128,7 @@ def cause_of(claim: Mapping[str, Any], written: Mapping[str, Mapping[str, str]],
              metrics: Mapping[str, Any]) -> dict[str, str] | None:
     """The claim's cause (``{"cause", "evidence"}``) when its verdict needs one, else ``None``.
 
-    A written cause wins; else the automatic ones (power, preconditions); else ``unknown``.
+    A written cause wins; else the automatic ones (:func:`_auto`); else ``unknown``.
     """
     if claim.get("kind", "paper") != "paper" or claim.get("verdict") not in NEEDS_CAUSE:
         return None
