@@ -83,23 +83,21 @@ def test_toc_notebooks_split_into_chapters_then_front_matter(toy_book):
     assert book.default_jobs(3) <= 3 and book.default_jobs(1) == 1
 
 
-def test_parallel_build_is_cached_and_equals_the_serial_build(toy_book):
-    _toy_book(toy_book)
-    serial_index = book.build("smoke", root=toy_book, strict=True, jobs=0)
-    serial_log = (toy_book / "_build" / "smoke" / "build.log").read_text()
+def test_parallel_build_is_cached_and_equals_the_serial_build(in_shared_book):
+    toy_book, built = in_shared_book["root"], in_shared_book
+    serial_log = built["serial_log"]
     assert serial_log.count("Executing notebook") == 3  # Sphinx executed all three itself
-    serial = _outputs(toy_book)
-    assert serial_index.exists()
-    shutil.rmtree(toy_book / "_build")
+    serial = built["serial_outputs"]
+    assert built["serial_index_existed"]
 
-    index = book.build("smoke", root=toy_book, strict=True, jobs=2)
+    index = built["index"]
     out = toy_book / "_build" / "smoke"
-    log = (out / "build.log").read_text()
-    assert index.exists()
+    log = built["log"]
+    assert built["index_existed"]
     # every notebook came from the cache: Sphinx executed none
     assert log.count("Using cached notebook") == 3, log
     assert "Executing notebook" not in log
-    record = json.loads((out / "execution.json").read_text())
+    record = built["record"]
     assert record["jobs"] == 2
     nbs = record["notebooks"]
     assert {v["status"] for v in nbs.values()} == {"executed"} and len(nbs) == 3
@@ -107,11 +105,12 @@ def test_parallel_build_is_cached_and_equals_the_serial_build(toy_book):
     chapters_end = max(v["ended"] for k, v in nbs.items() if k.startswith("notebooks/"))
     assert nbs["book/front.md"]["started"] >= chapters_end
     # the same results as the serial build, cell by cell
-    parallel = _outputs(toy_book)
+    parallel = built["outputs"]
     assert parallel == serial and len(parallel) == 3
     assert any("stat = " in json.dumps(cells) for cells in parallel.values())
     assert "scale smoke hashseed 0" in json.dumps(parallel["front.md"])
-    assert "stat = " in (out / "_build" / "html" / "notebooks" / "01-toy" / "toy.html").read_text()
+    assert "stat = " in built["pages"][Path("notebooks") / "01-toy" / "toy.html"]
+    assert index.parent == out / "_build" / "html"
 
     # a second build finds everything cached and executes nothing (Sphinx re-reads nothing)
     book.build("smoke", root=toy_book, strict=True, jobs=2)
@@ -157,23 +156,67 @@ def _status_rows(html: str) -> dict[str, list[str]]:
     return rows
 
 
-def test_a_smoke_build_has_a_banner_on_every_page_and_a_status_page(toy_book):
-    _toy_book_with_pages(toy_book)
-    toy = toy_book / "notebooks" / "01-toy" / "toy.md"
+@pytest.fixture(scope="module")
+def smoke_builds(tmp_path_factory):
+    """The toy book with pages (and a 320 MB array held by the toy chapter) built at smoke scale
+    twice, as two tests of this module read it: serially (Sphinx executes), then, from scratch,
+    with ``-j 2`` (pre-executed into the cache). What each build left is read at once, so a test
+    that builds again later changes nothing the other reads. Set up as the ``toy_book`` fixture is.
+    """
+    root = tmp_path_factory.mktemp("book")
+    (root / "notebooks" / "01-toy").mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "data" / "toy.md", root / "notebooks" / "01-toy" / "toy.md")
+    _toy_book_with_pages(root)
+    toy = root / "notebooks" / "01-toy" / "toy.md"
     toy.write_text(toy.read_text().replace("import numpy as np\n",
                                            "import numpy as np\nballast = np.ones(40_000_000)  # 320 MB\n"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("MINIREPRO_ROOT", str(root))
+        mp.delenv("MINIREPRO_SCALE", raising=False)
+        mp.setenv("TQDM_DISABLE", "1")
+        built = {"root": root}
+        serial_index = book.build("smoke", root=root, strict=True, jobs=0)
+        built["serial_index_existed"] = serial_index.exists()
+        built["serial_log"] = (root / "_build" / "smoke" / "build.log").read_text()
+        built["serial_outputs"] = _outputs(root)
+        shutil.rmtree(root / "_build")
+
+        index = book.build("smoke", root=root, strict=True, jobs=2)
+        out = root / "_build" / "smoke"
+        built["index"], built["index_existed"] = index, index.exists()
+        built["log"] = (out / "build.log").read_text()
+        built["record"] = json.loads((out / "execution.json").read_text())
+        built["outputs"] = _outputs(root)
+        built["pages"] = {p.relative_to(index.parent): p.read_text() for p in index.parent.rglob("*.html")
+                          if "_static" not in p.relative_to(index.parent).parts}
+        yield built
+
+
+@pytest.fixture
+def in_shared_book(smoke_builds, monkeypatch):
+    """The environment ``toy_book`` sets, for the shared book of :func:`smoke_builds`."""
+    root = smoke_builds["root"]
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("MINIREPRO_ROOT", str(root))
+    monkeypatch.delenv("MINIREPRO_SCALE", raising=False)
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    return smoke_builds
+
+
+def test_a_smoke_build_has_a_banner_on_every_page_and_a_status_page(in_shared_book):
     import re
 
-    index = book.build("smoke", root=toy_book, strict=True, jobs=2)
-    html = index.parent
-    pages = sorted(p for p in html.rglob("*.html") if "_static" not in p.parts
-                   and 'http-equiv="Refresh"' not in p.read_text())  # not index.html's redirect
+    smoke_builds = in_shared_book
+    toy_book = smoke_builds["root"]
+    pages = {rel: text for rel, text in smoke_builds["pages"].items()  # as the smoke build left them
+             if 'http-equiv="Refresh"' not in text}  # not index.html's redirect
     assert len(pages) >= 5
-    for page in pages:
-        assert 'class="mr-scale-banner" data-scale="smoke"' in page.read_text(), page
-    rows = _status_rows((html / "book" / "status.html").read_text())
+    for rel, text in pages.items():
+        assert 'class="mr-scale-banner" data-scale="smoke"' in text, rel
+    rows = _status_rows(pages[Path("book") / "status.html"])
     assert list(rows) == ["01-toy", "02-toy"]
-    record = json.loads((toy_book / "_build" / "smoke" / "execution.json").read_text())
+    record = smoke_builds["record"]
     for slug, cells in rows.items():
         name, scale, seconds, memory, status, verdicts, checks = cells
         assert scale == "smoke" and status == "pass" and seconds.endswith(" s")

@@ -407,14 +407,19 @@ def test_one_round_through_flowers_simulation_engine_gives_the_same_aggregate():
     strat = LoRAStrategy("FedA2-LoRA", SPEC, init, min_clients=3)
     keys = U.upload_keys("FedA2-LoRA", SPEC)
 
+    # Each client's reply, packed here: the Ray workers then need Flower alone (importing
+    # minirepro.papers.uniflow, torch and peft in each worker cost most of this test's time).
+    replies = []
+    for i, s in enumerate(states):
+        named = {k: s[k] for k in keys} | {k: v for k, v in s.items() if k.startswith(("head.", "enc."))}
+        replies.append(fit_res(named, p[i], "image"))
+
     class Client(FlowerClient):  # defined here, so Ray ships it to its workers by value
         def __init__(self, i):
             self.i = i
 
         def fit(self, ins):
-            s = states[self.i]
-            named = {k: s[k] for k in keys} | {k: v for k, v in s.items() if k.startswith(("head.", "enc."))}
-            return fit_res(named, p[self.i], "image")
+            return replies[self.i]
 
     def client_fn(context):
         return Client(int(context.node_config["partition-id"]))
