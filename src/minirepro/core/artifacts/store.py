@@ -266,7 +266,7 @@ def _load_cached(rec: Recipe, force: bool = False) -> Path:
         if not force and not problems:
             return folder
         _check_source(rec)  # a missing or altered input: one line naming the fix
-        if folder.exists() and not force:
+        if not force and folder.exists() and file_problems(folder):  # corrupt, not just stale
             warnings.warn(f"artifact {rec.name}: {problems[0]}; not loading {folder}, "
                           f"re-making it from its source", ArtifactWarning, stacklevel=3)
         _build_into(rec, folder)

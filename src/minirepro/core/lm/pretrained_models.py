@@ -160,6 +160,11 @@ def offline() -> Iterator[None]:
             os.environ["HF_HUB_OFFLINE"] = old
 
 
+def _n_params(model: torch.nn.Module) -> int:
+    """Distinct parameters (tied weights once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
 CONVERSIONS = 0
 """How many conversions this process ran (the tests count them across processes)."""
 
@@ -184,6 +189,9 @@ def convert(src: PretrainedSource, out: Path) -> artifacts.BuildResult:
             del config.quantization_config
         fresh = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, src.dtype))
         fresh.load_state_dict(read.state_dict(), strict=True)
+        if _n_params(fresh) != _n_params(read):  # e.g. untied embeddings: not the model read
+            raise artifacts.ArtifactError(f"converting {name}: {_n_params(fresh)} parameters "
+                                          f"written, {_n_params(read)} read")
         del read
         fresh.save_pretrained(out, safe_serialization=True)
         tok.save_pretrained(out, save_jinja_files=False)
@@ -191,7 +199,7 @@ def convert(src: PretrainedSource, out: Path) -> artifacts.BuildResult:
         file.chmod(0o644)  # save_pretrained leaves the weights private
     CONVERSIONS += 1
     cfg = fresh.config
-    quality = {"n_params": sum(p.numel() for p in {id(p): p for p in fresh.parameters()}.values()),
+    quality = {"n_params": _n_params(fresh),
                "n_layers": cfg.num_hidden_layers, "d_model": cfg.hidden_size,
                "n_heads": cfg.num_attention_heads, "n_kv_heads": cfg.num_key_value_heads,
                "vocab_size": cfg.vocab_size}
