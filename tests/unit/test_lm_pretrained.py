@@ -113,6 +113,9 @@ def test_a_corrupt_cache_file_is_detected_and_re_made(smol, tmp_path, monkeypatc
     assert pm.CONVERSIONS == before + 1
     assert artifacts.file_problems(folder) == []
     assert torch.equal(_logits(model, tok), smol.logits)
+    # the conversion is deterministic: the same bytes as the first one
+    files = [artifacts.read_manifest(f)["files"] for f in (folder, smol.folder)]
+    assert files[0] == files[1]
 
 
 CHILD = """
