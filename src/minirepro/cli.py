@@ -294,9 +294,10 @@ def _cmd_artifacts(args) -> int:
         root = artifacts.artifacts_root()
         for n, rec in artifacts.registry().items():
             try:
-                man = artifacts.read_manifest(root / n)
+                man = artifacts.read_manifest(artifacts.home(rec, root))
             except artifacts.ArtifactError:
-                print(f"{n}  (not built: `{rec.command}`)  {rec.description}")
+                how = artifacts.optional_note(n) or f"`{rec.command}`"
+                print(f"{n}  (not built: {how})  {rec.description}")
                 continue
             size = sum(f.get("bytes", 0) for f in man["files"].values()) / 2**20
             quality = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
@@ -310,23 +311,42 @@ def _cmd_artifacts(args) -> int:
               f"{artifacts.BUDGET_BYTES / 2**20:.0f} MB")
         return 0
     if args.action == "build":
-        if not args.force and not artifacts.verify(args.name):
+        cached = artifacts.get(args.name).location == "cache"  # made in the cache when needed
+        if not cached and not args.force and not artifacts.verify(args.name):
             folder = artifacts.artifacts_root() / args.name
             print(f"{args.name} is up to date: {folder} (--force re-makes it)")
             return 0
         try:
-            folder = artifacts.build(args.name, force=True)
+            folder = artifacts.build(args.name, force=args.force or not cached)
         except artifacts.ArtifactError as exc:
             print(f"minirepro: {exc}", file=sys.stderr)
             return 1
         man = artifacts.read_manifest(folder)
         print(f"{args.name}: {folder}, built {man['built_at']} in {man['train_seconds']} s")
         return 0
-    problems = [p for n in names for p in artifacts.verify(n)]
-    if not args.name:
+    return _verify_artifacts(names, everything=not args.name)
+
+
+def _verify_artifacts(names: list[str], everything: bool) -> int:
+    """``minirepro artifacts verify``: problems on stderr; a line on stdout for each artifact
+    converted into the cache from an installed input, and each optional one not built."""
+    from minirepro.core import artifacts
+
+    root, problems, notes = artifacts.artifacts_root(), [], []
+    for n in names:
+        found, how = artifacts.verify(n), artifacts.optional_note(n)
+        if found and how and not (root / n).exists():
+            notes.append(f"{n}: not built, optional ({how}); not counted")
+            continue
+        problems += found
+        if not found and artifacts.get(n).location == "cache":
+            notes.append(artifacts.describe(n))
+    if everything:
         problems += artifacts.orphans()
     for p in problems:
         print(p, file=sys.stderr)
+    for line in notes:
+        print(line)
     print(f"verified {len(names)} artifact(s): " +
           (f"{len(problems)} problem(s)" if problems else "all fine"))
     return 1 if problems else 0

@@ -25,6 +25,13 @@ artifact is rebuilt into ``$MINIREPRO_CACHE/artifacts/<name>/`` (the committed c
 left as it is). :func:`verify` also reports a manifest that no longer matches the
 recipe's config or code, naming the fix ``minirepro artifacts build NAME``.
 
+A recipe registered with ``location="cache"`` is never committed: it converts an
+installed input (a pretrained model from a wheel, its sha256 pinned and checked by the
+recipe's ``source_check``) once into ``$MINIREPRO_CACHE/artifacts/<name>/`` under a file
+lock; its manifest's checksums guard the copy, which is re-made when corrupt or stale.
+:func:`mark_optional` declares an artifact the book does without while it is not built
+(``minirepro artifacts verify`` reports it, and counts no problem).
+
 ``MINIREPRO_ARTIFACTS`` moves the artifacts folder (tests use a temporary one); every
 function also takes ``root=``. Writes go to a temporary folder next to the target and are
 renamed into place, so a crash never leaves half an artifact under its name.
@@ -48,6 +55,8 @@ from minirepro.core.artifacts.recipes import (
                                             BuildResult,
                                             Recipe,
                                             get,
+                                            mark_optional,
+                                            optional_note,
                                             recipe,
                                             recipe_modules,
                                             registry,
@@ -55,6 +64,8 @@ from minirepro.core.artifacts.recipes import (
 )
 from minirepro.core.artifacts.store import (
                                             build,
+                                            describe,
+                                            home,
                                             load,
                                             orphans,
                                             recipe_problems,
@@ -70,6 +81,7 @@ RECIPE_MODULES: tuple[str, ...] = recipe_modules()
 
 __all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",
            "ArtifactError", "ArtifactWarning", "BuildResult", "Recipe", "artifacts_root", "build",
-           "cache_dir", "file_problems", "get", "load", "manifest", "orphans", "read_manifest",
-           "recipe", "recipe_problems", "registry", "source_hash", "total_bytes", "unregister", "verified_folder",
-           "verify"]
+           "cache_dir", "describe", "file_problems", "get", "home", "load", "manifest",
+           "mark_optional", "optional_note", "orphans", "read_manifest", "recipe",
+           "recipe_problems", "registry", "source_hash", "total_bytes", "unregister",
+           "verified_folder", "verify"]

@@ -47,6 +47,8 @@ class Recipe:
     sources: tuple[str | ModuleType, ...]
     description: str
     registered_by: str = ""  # the module that called artifacts.recipe(...)
+    location: str = "repo"  # "repo": committed under artifacts/; "cache": made in cache_dir()
+    source_check: Callable[[], str] | None = None  # checks the input a "cache" recipe reads
 
     @property
     def module(self) -> str:
@@ -85,8 +87,12 @@ class Recipe:
 _REGISTRY: dict[str, Recipe] = {}
 
 
+LOCATIONS = ("repo", "cache")
+
+
 def recipe(name: str, *, config: object = None,
-           sources: tuple[str | ModuleType, ...] = (), description: str = ""):
+           sources: tuple[str | ModuleType, ...] = (), description: str = "",
+           location: str = "repo", source_check: Callable[[], str] | None = None):
     """Register the decorated function as the recipe of artifact ``name``.
 
     Args:
@@ -97,9 +103,19 @@ def recipe(name: str, *, config: object = None,
             depends on besides the recipe's own module; their :func:`source_hash` is
             recorded and compared.
         description: one line for ``minirepro artifacts list``.
+        location: ``"repo"`` (committed under ``artifacts/<name>/``) or ``"cache"``: made
+            on first use into ``cache_dir()/<name>/`` and never committed, for an artifact
+            converted from an installed input too large for the repository (a pretrained
+            model from a wheel). Its manifest records the sha256 of every file it wrote, so
+            a corrupt or stale cache copy is re-made, never loaded.
+        source_check: for a ``"cache"`` recipe, a function that checks the input it reads
+            (installed, the pinned sha256) and returns one line saying what it checked, or
+            raises :class:`ArtifactError` naming the fix; :func:`verify` runs it.
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise ArtifactError(f"artifact name {name!r} must be lowercase words joined by '-'")
+    if location not in LOCATIONS:
+        raise ArtifactError(f"recipe {name!r}: location must be one of {LOCATIONS}, got {location!r}")
     sources = (sources,) if isinstance(sources, (str, ModuleType)) else tuple(sources)
     caller = sys._getframe(1).f_globals.get("__name__", "")
 
@@ -109,7 +125,7 @@ def recipe(name: str, *, config: object = None,
                                                                       fn.__qualname__):
             raise ArtifactError(f"artifact {name!r} is already registered by "
                                 f"{old.module}.{old.fn.__qualname__}")
-        rec = Recipe(name, fn, config, sources, description, caller)
+        rec = Recipe(name, fn, config, sources, description, caller, location, source_check)
         rec.config_dict()  # fail at registration on a config that cannot be recorded
         _REGISTRY[name] = rec
         return fn
@@ -120,6 +136,26 @@ def recipe(name: str, *, config: object = None,
 def unregister(name: str) -> None:
     """Forget a recipe (tests register throwaway ones)."""
     _REGISTRY.pop(name, None)
+
+
+_OPTIONAL: dict[str, str] = {}
+
+
+def mark_optional(name: str, how: str) -> None:
+    """Declare artifact ``name`` optional: the book does without it while it is not built.
+
+    ``minirepro artifacts verify`` then reports it *not built* with ``how`` (how and where it
+    can be built, e.g. only on a GPU) instead of counting a problem. A folder that exists but
+    does not verify is still a problem, and :func:`verify` itself is unchanged (it reports
+    the missing folder), so what needs the artifact (``book/claims/withdrawn.yml``) still
+    sees it missing.
+    """
+    _OPTIONAL[name] = " ".join(how.split())
+
+
+def optional_note(name: str) -> str | None:
+    """How optional artifact ``name`` is built (:func:`mark_optional`), or ``None``."""
+    return _OPTIONAL.get(name)
 
 
 ENTRY_POINT_GROUP = "minirepro.artifacts"

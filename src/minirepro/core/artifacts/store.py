@@ -61,23 +61,76 @@ def _short(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def home(rec: Recipe, root: str | Path | None = None) -> Path:
+    """Where artifact ``rec`` lives: ``root/<name>`` (committed) or, for a ``"cache"``
+    recipe, ``cache_dir()/<name>`` (``root`` does not apply)."""
+    return cache_dir() / rec.name if rec.location == "cache" else resolve_root(root) / rec.name
+
+
 def verify(name: str, root: str | Path | None = None) -> list[str]:
     """Problems with artifact ``name`` under ``root``, each naming the fix; ``[]`` when fine.
 
     Checks every file's size and sha256 against the manifest, refuses pickles and
     unlisted files, and compares the recipe's current config and source hash with the
-    manifest's.
+    manifest's. For a ``"cache"`` recipe it runs the recipe's ``source_check`` (the
+    installed input and its pinned hash); its cache copy is made, checked and re-made
+    by :func:`load`, so its state is reported by :func:`describe`, not as a problem.
     """
     folder = resolve_root(root) / name
     hint = None
     with contextlib.suppress(ArtifactError, OSError, ValueError):
         hint = read_manifest(folder).get("recipe_module")
     rec = get(name, module_hint=hint)
+    if rec.location == "cache":
+        try:
+            _check_source(rec)
+        except ArtifactError as exc:
+            return [f"{name}: {exc}"]
+        return []
     problems = file_problems(folder)
     if folder.is_dir() and (folder / MANIFEST).is_file():
         with contextlib.suppress(ArtifactError):
             problems += recipe_problems(rec, read_manifest(folder))
     return [f"{name}: {p}; re-make it with `{rec.command}`" for p in problems]
+
+
+def _check_source(rec: Recipe) -> str:
+    """The recipe's ``source_check`` (one line on what it checked); raises ArtifactError."""
+    if rec.source_check is None:
+        return "no input to check"
+    return rec.source_check()
+
+
+def _cache_problems(rec: Recipe, folder: Path) -> list[str]:
+    """Why the cache copy of a ``"cache"`` recipe cannot be used (``[]``: it can)."""
+    problems = file_problems(folder)
+    if not problems:
+        with contextlib.suppress(ArtifactError):
+            problems = recipe_problems(rec, read_manifest(folder))
+    return problems
+
+
+def describe(name: str) -> str:
+    """One line on a ``"cache"`` artifact: the input it was checked against and the state
+    of its cache copy (for ``minirepro artifacts verify`` and ``list``)."""
+    rec = get(name)
+    if rec.location != "cache":
+        return f"{name}: committed under {resolve_root(None) / name}"
+    try:
+        source = _check_source(rec)
+    except ArtifactError as exc:
+        return f"{name}: {exc}"
+    folder = home(rec)
+    if not folder.exists():
+        state = "not converted yet (made on first use)"
+    elif (problems := _cache_problems(rec, folder)):
+        state = f"the copy in {folder} will be re-made on first use ({problems[0]})"
+    else:
+        man = read_manifest(folder)
+        size = sum(f.get("bytes", 0) for f in man["files"].values()) / 2**20
+        state = (f"converted copy in {folder} verifies ({size:.0f} MB, made in "
+                 f"{man.get('train_seconds', '?')} s)")
+    return f"{name}: {source}; {state}"
 
 
 # ------------------------------------------------------------------ building
@@ -180,11 +233,14 @@ def _build_into(rec: Recipe, dest: Path) -> Path:
 
 
 def build(name: str, force: bool = False, root: str | Path | None = None) -> Path:
-    """(Re-)make artifact ``name`` under ``root`` (default: the committed ``artifacts/``).
+    """(Re-)make artifact ``name`` under ``root`` (default: the committed ``artifacts/``;
+    a ``"cache"`` recipe: its cache folder).
 
     Without ``force`` an artifact that already verifies is left alone. Returns its folder.
     """
     rec = get(name)
+    if rec.location == "cache":
+        return _load_cached(rec, force=force)
     dest = resolve_root(root) / name
     if not force and dest.is_dir() and not verify(name, root):
         return dest
@@ -197,6 +253,28 @@ def verified_folder(name: str, root: str | Path | None = None) -> Path:
     in the training code); otherwise :func:`load`, which warns and rebuilds."""
     folder = resolve_root(root) / name
     return folder if not file_problems(folder) else load(name, root)
+
+
+def _load_cached(rec: Recipe, force: bool = False) -> Path:
+    """The verified cache copy of a ``"cache"`` recipe, made (under a lock, once across
+    processes) when it is absent, corrupt or stale; a corrupt or stale copy is never used."""
+    folder = home(rec)
+    if not force and not _cache_problems(rec, folder):
+        return folder
+    with _lock(cache_dir() / f".{rec.name}.lock"):
+        problems = _cache_problems(rec, folder)  # another process may have made it meanwhile
+        if not force and not problems:
+            return folder
+        _check_source(rec)  # a missing or altered input: one line naming the fix
+        if not force and folder.exists() and file_problems(folder):  # corrupt, not just stale
+            warnings.warn(f"artifact {rec.name}: {problems[0]}; not loading {folder}, "
+                          f"re-making it from its source", ArtifactWarning, stacklevel=3)
+        _build_into(rec, folder)
+    left = file_problems(folder)
+    if left:
+        raise ArtifactError(f"artifact {rec.name}: the copy made in {folder} does not verify: "
+                            f"{left[0]}")
+    return folder
 
 
 def load(name: str, root: str | Path | None = None) -> Path:
@@ -212,6 +290,8 @@ def load(name: str, root: str | Path | None = None) -> Path:
     with contextlib.suppress(ArtifactError, OSError, ValueError):
         hint = read_manifest(folder).get("recipe_module")
     rec = get(name, module_hint=hint)
+    if rec.location == "cache":
+        return _load_cached(rec)
     problems = file_problems(folder)
     if not problems:
         stale = recipe_problems(rec, read_manifest(folder))
