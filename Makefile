@@ -28,7 +28,7 @@ help:
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing into $(VENV) (a few minutes the first time)"
-	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock 2>&1 | { grep -v "^WARNING: Location" || true; }
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -r requirements.lock 2>&1 | { grep -v "^WARNING: Location" || true; }
 	@$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | { grep -v "^WARNING: Location" || true; }
 	@touch $(STAMP)
 
