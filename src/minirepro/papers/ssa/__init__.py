@@ -19,6 +19,7 @@ from minirepro.papers.ssa.claims import (
     result_table,
     summary,
     theorem_table,
+    cell_seeds,
     within_cells,
 )
 from minirepro.papers.ssa.data import Pairs, digit_attributes, digits_pairs, synthetic_pairs
@@ -53,7 +54,7 @@ from minirepro.papers.ssa.model import (
 )
 
 __all__ = [
-    "ARMS", "ARMS_TRAINED", "CROSS_RUN_COLUMNS", "Config", "correlations", "partial_residuals", "result_table", "within_cells", "per_seed", "summary", "EnsembleEncoder", "Experiment", "Member", "Pairs", "SharedSpace",
+    "ARMS", "ARMS_TRAINED", "CROSS_RUN_COLUMNS", "Config", "correlations", "partial_residuals", "result_table", "within_cells", "cell_seeds", "per_seed", "summary", "EnsembleEncoder", "Experiment", "Member", "Pairs", "SharedSpace",
     "TrainedEnsemble", "build_ensemble", "check_pairs", "digit_attributes",
     "digits_pairs", "effective_rank", "gap_angle", "gap_penalty", "info_nce", "isometry_violation",
     "liang_gap", "measure", "normalize", "pair_cosine", "plots", "post_hoc", "principal_angles",

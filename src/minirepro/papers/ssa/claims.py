@@ -53,6 +53,17 @@ def within_cells(runs: pd.DataFrame, columns: list[str], arms: tuple[str, ...] =
     return (sel[columns] - cells.transform("mean")).reset_index(drop=True)
 
 
+def cell_seeds(runs: pd.DataFrame, arms: tuple[str, ...] = ("CLIP", "gap penalty", "SSA"),
+               data: str = "synthetic") -> np.ndarray:
+    """The seed of each row of :func:`within_cells` (same selection, same order): the cluster
+    each run belongs to, since the runs of one seed (its arms and angles) share its data draw
+    and are not independent units."""
+    sel = runs[(runs["data"] == data) & runs["arm"].isin(arms)].sort_values(["arm", "phi", "seed"])
+    if sel.empty:
+        raise KeyError(f"no runs of {arms} on {data!r}")
+    return sel["seed"].to_numpy()
+
+
 def partial_residuals(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The residuals of ``x`` and of ``y`` after a least-squares line on ``z`` (with intercept): their
     correlation is the partial correlation of ``x`` and ``y`` given ``z``."""
