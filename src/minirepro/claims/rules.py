@@ -182,7 +182,7 @@ class Better(Rule):
         else:
             iv = interval
         u = f" {self.unit}" if self.unit else ""
-        text = f"improvement {iv.describe(3)}{u}; min effect {_num(self.min_effect)}{u}"
+        text = f"improvement {iv.describe(3, self.unit)}; min effect {_num(self.min_effect)}{u}"
         details = {"estimate": iv.estimate, "low": iv.low, "high": iv.high, "n": iv.n,
                    "level": iv.level, "min_effect": self.min_effect}
         if iv.n < 2 or not math.isfinite(iv.low):
@@ -275,7 +275,7 @@ class Equivalent(_PairedMargin):
         u = f" {self.unit}" if self.unit else ""
         p, ci = tost(a - b, self.margin, self.level)
         power, powered = self._powered(a, z)
-        text = (f"difference {ci.describe(3)}{u}, margin +-{_num(self.margin)}{u}, TOST p={sig(p, 2)}; "
+        text = (f"difference {ci.describe(3, self.unit)}, margin +-{_num(self.margin)}{u}, TOST p={sig(p, 2)}; "
                 f"vs {self.trivial_name}: {_num(power.estimate)}{u}")
         details = {"estimate": ci.estimate, "low": ci.low, "high": ci.high, "n": ci.n, "p_tost": p,
                    "margin": self.margin, "power_estimate": power.estimate, "powered": powered}
@@ -333,7 +333,7 @@ class NonInferior(_PairedMargin):
         gain = a - b if self.higher_is_better else b - a
         ci = t_interval(gain, 1 - 2 * (1 - self.level))
         power, powered = self._powered(a, z)
-        text = (f"improvement {ci.describe(3)}{u}, margin -{_num(self.margin)}{u}; "
+        text = (f"improvement {ci.describe(3, self.unit)}, margin -{_num(self.margin)}{u}; "
                 f"vs {self.trivial_name}: {_num(power.estimate)}{u}")
         details = {"estimate": ci.estimate, "low": ci.low, "high": ci.high, "n": ci.n,
                    "margin": self.margin, "power_estimate": power.estimate, "powered": powered}
@@ -424,11 +424,11 @@ class Threshold(Rule):
         u = f" {self.unit}" if self.unit else ""
         if self.over == "every":
             worst = float(v.max() if self.direction == "below" else v.min())
-            text = f"{'max' if self.direction == 'below' else 'min'} over {v.size} seed(s) {_num(worst)}{u}"
+            text = f"{'max' if self.direction == 'below' else 'min'} over the {v.size} values: {_num(worst)}{u}"
             details = {"worst": worst, "n": int(v.size)}
         else:
             iv = self._interval(v)
-            text = f"mean {iv.describe(3)}{u}"
+            text = f"mean {iv.describe(3, self.unit)}"
             details = {"estimate": iv.estimate, "low": iv.low, "high": iv.high, "n": iv.n}
             if iv.n < 2:
                 return Outcome(NOT_TESTABLE, text + "; fewer than 2 seeds", details)
