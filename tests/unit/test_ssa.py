@@ -332,3 +332,20 @@ def test_result_table_formats_every_number_and_never_shows_nan():
     assert all(c.endswith("°") or c == "-" for c in t["gap"])
     with pytest.raises(KeyError, match="no rows"):
         ssa.result_table(ssa.summary(runs, ["R@1"]), "digits")
+
+
+def test_cell_seeds_align_with_within_cells_and_correlation_text_says_when_no_interval():
+    import pandas as pd
+
+    from minirepro.papers.ssa import cell_seeds, correlation_text, within_cells
+
+    rows = [{"data": "synthetic", "arm": arm, "phi": phi, "seed": seed, "alignment": seed + phi, "R@1": seed}
+            for arm in ("SSA", "CLIP") for phi in (5.0, 0.0) for seed in (2, 0, 1)]
+    runs = pd.DataFrame(rows)
+    cells = within_cells(runs, ["alignment", "R@1"])
+    seeds = cell_seeds(runs)
+    assert len(seeds) == len(cells) == 12
+    # centred R@1 is the seed minus its cell's mean seed (1): the labels line up row by row
+    assert list(cells["R@1"] + 1) == list(seeds)
+    assert "0.10 to 0.40" in correlation_text({"estimate": 0.3, "low": 0.1, "high": 0.4})
+    assert "no interval: 2 seeds" in correlation_text({"estimate": 0.3, "n": 2})

@@ -571,6 +571,7 @@ class Correlation(Rule):
             groups = [np.flatnonzero(labels == g) for g in np.unique(labels)]
             details: dict[str, Any] = {"n": len(groups), "n_rows": int(a.size), "min_r": self.min_r}
             if len(groups) < 4:
+                details["estimate"] = self.statistic(np.column_stack([a, b])) if a.size >= 3 else float("nan")
                 return Outcome(NOT_TESTABLE, f"{len(groups)} clusters; fewer than 4", details)
             picks = rng.integers(0, len(groups), size=(n_boot, len(groups)))
             if len({g.size for g in groups}) == 1:
@@ -582,6 +583,7 @@ class Correlation(Rule):
         else:
             details = {"n": int(a.size), "min_r": self.min_r}
             if a.size < 4:
+                details["estimate"] = self.statistic(np.column_stack([a, b])) if a.size >= 3 else float("nan")
                 return Outcome(NOT_TESTABLE, f"{a.size} units; fewer than 4", details)
             idx = rng.integers(0, a.size, size=(n_boot, a.size))
         r = self.statistic(np.column_stack([a, b]))

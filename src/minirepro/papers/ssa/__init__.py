@@ -20,6 +20,7 @@ from minirepro.papers.ssa.claims import (
     summary,
     theorem_table,
     cell_seeds,
+    correlation_text,
     within_cells,
 )
 from minirepro.papers.ssa.data import Pairs, digit_attributes, digits_pairs, synthetic_pairs
@@ -54,7 +55,7 @@ from minirepro.papers.ssa.model import (
 )
 
 __all__ = [
-    "ARMS", "ARMS_TRAINED", "CROSS_RUN_COLUMNS", "Config", "correlations", "partial_residuals", "result_table", "within_cells", "cell_seeds", "per_seed", "summary", "EnsembleEncoder", "Experiment", "Member", "Pairs", "SharedSpace",
+    "ARMS", "ARMS_TRAINED", "CROSS_RUN_COLUMNS", "Config", "correlations", "partial_residuals", "result_table", "within_cells", "cell_seeds", "correlation_text", "per_seed", "summary", "EnsembleEncoder", "Experiment", "Member", "Pairs", "SharedSpace",
     "TrainedEnsemble", "build_ensemble", "check_pairs", "digit_attributes",
     "digits_pairs", "effective_rank", "gap_angle", "gap_penalty", "info_nce", "isometry_violation",
     "liang_gap", "measure", "normalize", "pair_cosine", "plots", "post_hoc", "principal_angles",

@@ -64,6 +64,17 @@ def cell_seeds(runs: pd.DataFrame, arms: tuple[str, ...] = ("CLIP", "gap penalty
     return sel["seed"].to_numpy()
 
 
+def correlation_text(details: dict) -> str:
+    """A correlation part's outcome for the page: ``"r = 0.31 (95% interval, seeds resampled:
+    0.20 to 0.39)"``, or the estimate alone when too few seeds give no interval."""
+    r = details.get("estimate", float("nan"))
+    if "low" in details and "high" in details:
+        return f"r = {r:.2f} (95% interval, seeds resampled: {details['low']:.2f} to {details['high']:.2f})"
+    if not np.isfinite(r):
+        return f"no correlation (too few units: {details.get('n', 0)})"
+    return f"r = {r:.2f} (no interval: {details.get('n', 0)} seeds, fewer than the 4 an interval needs)"
+
+
 def partial_residuals(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The residuals of ``x`` and of ``y`` after a least-squares line on ``z`` (with intercept): their
     correlation is the partial correlation of ``x`` and ``y`` given ``z``."""
