@@ -39,7 +39,7 @@ def _parse_pairs(pairs: list[list[str]] | None, chapter_name: str, single: bool)
         name, values = item[0], item[1:]
         if name not in chapter.parameters and "=" in name:  # -p seed=3: the shell's habit, not ours
             key, _, value = name.partition("=")
-            raise ChapterError(f"-p takes NAME VALUE with a space: -p {key} {' '.join([value, *values])}"
+            raise ChapterError(f"write -p NAME VALUE, with a space: -p {key} {' '.join([value, *values])}"
                                f" (not {show(name)}); {chapter.name}'s parameters: "
                                f"{', '.join(chapter.parameters)}")
         if name not in chapter.parameters:
@@ -384,8 +384,8 @@ def _add_lab_commands(sub: argparse._SubParsersAction) -> None:
                    help="a chapter (its student edition and autograder), or `grade` with a "
                         "chapter and a notebook, an otter zip, a student's folder or a class folder")
     p.add_argument("--all", action="store_true", help="every chapter in _toc.yml: the course pack")
-    p.add_argument("--out", help="output folder (default: _build/labs, grades in "
-                                 "_build/labs/grades/CHAPTER)")
+    p.add_argument("--out", help="output folder (default: _build/labs in the current folder, as "
+                                 "`run` writes runs/ there; grades in _build/labs/grades/CHAPTER)")
     p.add_argument("--autograder", help="with grade: an autograder zip (default: built from the spec)")
     p.add_argument("--json", action="store_true", help="with grade: print the grades as JSON")
     p.add_argument("-j", "--jobs", type=int, default=None,
