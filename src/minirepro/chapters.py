@@ -450,7 +450,18 @@ def get(name: str, root: Path | None = None) -> Chapter:
         if name in (ch.name, ch.slug):
             return ch
     names = ", ".join(ch.name for ch in chapters) or "(none)"
-    raise ChapterError(f"unknown chapter {name!r}; chapters: {names}")
+    raise ChapterError(f"unknown chapter {show(name)}{did_you_mean(name, [ch.name for ch in chapters])}; "
+                       f"chapters: {names}")
+
+
+def did_you_mean(name: Any, choices: list[str]) -> str:
+    """``" (did you mean 'caffnet'?)"`` for a near miss of one of ``choices`` (difflib), else ``""``."""
+    import difflib
+
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name.lower(), choices, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 MAX_THREADS = 1024
@@ -482,14 +493,17 @@ def default_runs_dir() -> Path:
 def check_runs_dir(path: Path) -> Path:
     """Check, writing nothing, that the runs folder ``path`` can be created and written to.
 
-    Returns it absolute. Raises :class:`ChapterError` (one line) if a part of it is a
-    file, or the nearest existing folder is not writable.
+    Returns it absolute. Raises :class:`ChapterError` (one line) if it or its parent is a
+    file, if neither it nor its parent exists (a mistyped ``--runs-dir /nonexistent/x`` is
+    refused, not made with every missing folder above it), or if it is not writable.
     """
     try:
         path = Path(path).expanduser().absolute()
-        probe = path
-        while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
-            probe = probe.parent
+        probe = path if path.exists() or path.is_symlink() else path.parent
+        if not probe.exists() and not probe.is_symlink():
+            raise ChapterError(f"runs folder {show(str(path), 80)} cannot be made: its parent "
+                               f"{show(str(probe), 80)} does not exist (give a folder that exists, "
+                               "or one inside a folder that exists)")
         if not probe.is_dir():
             raise ChapterError(f"runs folder {show(str(path), 80)} cannot be made: "
                                f"{show(str(probe), 80)} is not a folder")

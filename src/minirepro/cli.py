@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from minirepro.chapters import ChapterError, discover, get, show
+from minirepro.chapters import ChapterError, did_you_mean, discover, get, show
 from minirepro.core.scale import SCALES
 
 
@@ -37,8 +37,14 @@ def _parse_pairs(pairs: list[list[str]] | None, chapter_name: str, single: bool)
     out: dict = {}
     for item in pairs or []:
         name, values = item[0], item[1:]
+        if name not in chapter.parameters and "=" in name:  # -p seed=3: the shell's habit, not ours
+            key, _, value = name.partition("=")
+            raise ChapterError(f"write -p NAME VALUE, with a space: -p {key} {' '.join([value, *values])}"
+                               f" (not {show(name)}); {chapter.name}'s parameters: "
+                               f"{', '.join(chapter.parameters)}")
         if name not in chapter.parameters:
-            raise ChapterError(f"chapter {chapter.name!r} has no parameter {show(name)}; "
+            raise ChapterError(f"chapter {chapter.name!r} has no parameter {show(name)}"
+                               f"{did_you_mean(name, list(chapter.parameters))}; "
                                f"its parameters: {', '.join(chapter.parameters)}")
         if name in out:
             raise ChapterError(f"-p {name} is given twice; give it once" +
@@ -96,7 +102,8 @@ def _json_range(p) -> list | None:
 def _cmd_run(args) -> int:
     from minirepro.run import RunFailed, run_chapter
     from minirepro.run.progress import enabled
-    from minirepro.run.summary import headline_metric, verdict_counts
+    from minirepro.run.folder import reported_seeds
+    from minirepro.run.summary import headline_metric, smoke_caveat, verdict_counts
 
     params = _parse_pairs(args.p, args.chapter, single=True)
     try:
@@ -116,6 +123,9 @@ def _cmd_run(args) -> int:
         value = res["metrics"][metric]
         print(f"  {metric} = {value:.4g}  ({why})")
     print(f"  verdicts: {verdict_counts([row])}")
+    caveat = smoke_caveat(res["params"].get("scale"), reported_seeds(res))
+    if caveat:
+        print(f"  {caveat}")
     by_verdict: dict[str, list[str]] = {}
     for c in res["claims"]:
         if c.get("verdict") != "reproduced":
@@ -374,8 +384,8 @@ def _add_lab_commands(sub: argparse._SubParsersAction) -> None:
                    help="a chapter (its student edition and autograder), or `grade` with a "
                         "chapter and a notebook, an otter zip, a student's folder or a class folder")
     p.add_argument("--all", action="store_true", help="every chapter in _toc.yml: the course pack")
-    p.add_argument("--out", help="output folder (default: _build/labs, grades in "
-                                 "_build/labs/grades/CHAPTER)")
+    p.add_argument("--out", help="output folder (default: _build/labs in the current folder, as "
+                                 "`run` writes runs/ there; grades in _build/labs/grades/CHAPTER)")
     p.add_argument("--autograder", help="with grade: an autograder zip (default: built from the spec)")
     p.add_argument("--json", action="store_true", help="with grade: print the grades as JSON")
     p.add_argument("-j", "--jobs", type=int, default=None,
@@ -502,14 +512,46 @@ def _cmd_arena(args) -> int:
         from minirepro.papers.spreadsheet_arena.cli import main as arena_main
     except ImportError as exc:
         return _fail(f"the arena is not available: {exc}")
+    db = _arena_db(list(args.rest))
+    problem = _unopenable_db(db) if db is not None else None
+    if problem:
+        return _fail(f"arena: the votes database {show(db, 80)} cannot be opened: {problem}")
     try:
         return int(arena_main(list(args.rest)) or 0)
     except sqlite3.Error as exc:  # e.g. an unwritable --db: one line, not a traceback
-        return _fail(f"arena: the vote database cannot be used: {exc}")
+        where = f" {show(db, 80)}" if db is not None else ""
+        return _fail(f"arena: the votes database{where} cannot be used: {exc}")
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise
         return _fail(f"arena: {exc.strerror or exc}" + (f": {show(exc.filename, 80)}" if exc.filename else ""))
+
+
+def _arena_db(rest: list[str]) -> str | None:
+    """The ``--db`` given to ``minirepro arena`` (``--db PATH`` or ``--db=PATH``), if any."""
+    for i, word in enumerate(rest):
+        if word == "--db" and i + 1 < len(rest):
+            return rest[i + 1]
+        if word.startswith("--db="):
+            return word[len("--db="):]
+    return None
+
+
+def _unopenable_db(db: str) -> str | None:
+    """Why the votes database ``db`` can be neither opened nor made (``None``: it may be):
+    a folder in its place, or a file where a folder of its path should be (``--db /dev/null/x``)."""
+    try:
+        path = Path(db).expanduser().absolute()
+        if path.is_dir():
+            return "it is a folder"
+        parent = path.parent  # `arena serve` makes missing folders; a file on the way it cannot
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            return f"{show(str(parent), 80)} is not a folder"
+    except (OSError, ValueError) as exc:
+        return getattr(exc, "strerror", None) or type(exc).__name__
+    return None
 
 
 def _cmd_conservationbench(args) -> int:

@@ -21,6 +21,25 @@ def resolve_scale(scale: str | None = None) -> str:
     return value
 
 
+def _record_resolved(cfg: Any) -> None:
+    """Under ``minirepro run`` (``MINIREPRO_CONFIG`` names a file), write the config a
+    notebook's parameters resolved to (a ``None`` parameter takes its preset's value): the
+    runner records these values in the run folder's ``params.json``."""
+    target = os.environ.get("MINIREPRO_CONFIG")
+    if not target:
+        return
+    import json
+    import tempfile
+    from pathlib import Path
+
+    path = Path(target)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".config-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}, fh, indent=2,
+                  default=str)
+    os.replace(tmp, path)
+
+
 @dataclasses.dataclass
 class ScaledConfig:
     """Base for a chapter's config: subclasses declare fields and ``PRESETS``.
@@ -82,7 +101,9 @@ class ScaledConfig:
         """
         names = {f.name for f in dataclasses.fields(cls)}
         chosen = scale if scale is not None else namespace.get("scale")
-        return cls.preset(chosen, **{k: v for k, v in namespace.items() if k in names})
+        cfg = cls.preset(chosen, **{k: v for k, v in namespace.items() if k in names})
+        _record_resolved(cfg)
+        return cfg
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (for tables and results)."""

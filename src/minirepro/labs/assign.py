@@ -137,8 +137,10 @@ def without_markup(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 # --------------------------------------------------------------------------- build
-def default_out(root: Path | None = None) -> Path:
-    return (root or repo_root()) / "_build" / "labs"
+def default_out() -> Path:
+    """Where ``minirepro lab`` writes when no ``--out`` is given: ``_build/labs`` in the current
+    folder (as ``minirepro run`` writes ``runs/`` there), never inside the book's install."""
+    return Path.cwd() / "_build" / "labs"
 
 
 @contextlib.contextmanager
@@ -166,7 +168,8 @@ def assign(spec: LabSpec, work: Path) -> Path:
 
 
 def build_lab(chapter_name: str, out: Path | None = None, root: Path | None = None) -> dict[str, Path]:
-    """Write ``out/student/<chapter>/`` and ``out/autograder/<chapter>/`` for one chapter.
+    """Write ``out/student/<chapter>/`` and ``out/autograder/<chapter>/`` for one chapter
+    (``out`` by default ``_build/labs`` in the current folder: :func:`default_out`).
 
     Built in a temporary folder and moved into place at the end, so a failure leaves
     nothing half-written. Returns the two folders.
@@ -178,7 +181,7 @@ def build_labs(chapter_names: list[str], out: Path | None = None,
                root: Path | None = None) -> dict[str, dict[str, Path]]:
     """Several labs (``lab --all``: every registered chapter); all specs are checked first."""
     root = root or repo_root()
-    out = Path(out) if out else default_out(root)
+    out = Path(out) if out else default_out()
     specs = [load_spec(name, root) for name in chapter_names]  # all bad input before any work
     if out.exists() and not out.is_dir():
         raise LabError(f"--out {out} is a file, not a folder")

@@ -19,6 +19,9 @@ from minirepro.labs.assign import assign, default_out, quiet
 from minirepro.labs.spec import LabError, load_spec
 
 
+NOT_ATTEMPTED = "not attempted: its answer cell is as the student edition handed it out"
+
+
 @dataclass
 class QuestionGrade:
     name: str
@@ -26,6 +29,7 @@ class QuestionGrade:
     possible: float
     hints: list[str]
     exercise: str = ""  # the chapter's exercise label
+    attempted: bool = True  # False: no points, and the scaffold cell unchanged
 
     @property
     def passed(self) -> bool:
@@ -198,7 +202,42 @@ def _ipc_kernels():
         pre.ExecutePreprocessor = original
 
 
-def _grade_one(student: str, sub: Path, autograder: Path, tmp: Path) -> Grade:
+def _normalized(source: str) -> str:
+    """A cell's code without blank lines and trailing spaces (an untouched cell re-saved by
+    another editor compares equal)."""
+    return "\n".join(ln.rstrip() for ln in source.splitlines() if ln.strip())
+
+
+def _submitted_notebook(sub: Path) -> dict | None:
+    """The submission's notebook as JSON: the notebook itself, or the one notebook of an otter
+    zip outside its ``runs/`` (``None`` if there is not exactly one, or it cannot be read)."""
+    try:
+        if sub.suffix != ".zip":
+            return json.loads(sub.read_text(encoding="utf-8"))
+        with zipfile.ZipFile(sub) as zf:
+            names = [n for n in zf.namelist() if n.endswith(".ipynb") and not n.startswith("runs/")
+                     and "/." not in f"/{n}" and "__MACOSX" not in n]
+            return json.loads(zf.read(names[0]).decode("utf-8")) if len(names) == 1 else None
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return None
+
+
+def unchanged_scaffolds(sub: Path, scaffolds: dict[str, str]) -> set[str]:
+    """The questions (of ``scaffolds``: name -> the student edition's answer cell) whose answer
+    cell the submission still holds as handed out."""
+    nb = _submitted_notebook(sub)
+    if not isinstance(nb, dict):
+        return set()
+    sources = set()
+    for cell in nb.get("cells") or []:
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            src = cell.get("source", "")
+            sources.add(_normalized("".join(src) if isinstance(src, list) else str(src)))
+    return {name for name, scaffold in scaffolds.items() if _normalized(scaffold) in sources}
+
+
+def _grade_one(student: str, sub: Path, autograder: Path, tmp: Path,
+               scaffolds: dict[str, str] | None = None) -> Grade:
     from otter.run import main as otter_run
 
     try:
@@ -216,6 +255,12 @@ def _grade_one(student: str, sub: Path, autograder: Path, tmp: Path) -> Grade:
                 if hint not in hints:
                     hints.append(hint)
         questions.append(QuestionGrade(name, float(res.score), float(res.possible), hints))
+    # an answer cell left as handed out, with no points: "not attempted", not the hint of a
+    # wrong answer ("Your count disagrees ..."), which would tell the student they tried
+    unchanged = unchanged_scaffolds(sub, scaffolds or {})
+    for q in questions:
+        if q.name in unchanged and q.score == 0:
+            q.attempted, q.hints = False, [NOT_ATTEMPTED]
     return Grade(student, questions)
 
 
@@ -230,7 +275,8 @@ def _run_otter(spec, subs: list, autograder: Path | None, jobs: int | None) -> l
             work.mkdir()
             dist = assign(spec, work)
             autograder = next((dist / "autograder").glob("*-autograder_*.zip"))
-        args = [(s.student, s.path, Path(autograder), tmp) for s in subs if s.path is not None]
+        scaffolds = {q.name: q.scaffold for q in spec.questions}
+        args = [(s.student, s.path, Path(autograder), tmp, scaffolds) for s in subs if s.path is not None]
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(args) or 1))
         if jobs == 1:
             return [_grade_one(*a) for a in args]
@@ -279,7 +325,7 @@ def grade(chapter_name: str, submission: Path, out: Path | None = None,
     with no points and the reason, and every other entry not graded is reported as
     skipped, with why (``Grades.skipped``, and the report). The autograder is built
     fresh from the spec unless ``autograder`` (a zip) is given. Writes ``grades.csv``
-    and ``report.md`` into ``out`` (default ``_build/labs/grades/<chapter>/``) and
+    and ``report.md`` into ``out`` (default ``_build/labs/grades/<chapter>/`` in the current folder) and
     returns the grades, in name order. ``jobs`` submissions are graded at once
     (default: the cores), each in its own process.
 
@@ -299,7 +345,7 @@ def grade(chapter_name: str, submission: Path, out: Path | None = None,
         raise LabError(f"{submission} holds no submission (.ipynb, .zip, or folders with a notebook)")
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise LabError(f"--out {out} is a file, not a folder")
-    out = Path(out) if out else default_out(root) / "grades" / spec.chapter.name
+    out = Path(out) if out else default_out() / "grades" / spec.chapter.name
     graded = _run_otter(spec, subs, autograder, jobs)
     by_student = {g.student: g for g in graded}
     grades = Grades([by_student.get(s.student) or Grade(s.student, [], error=s.error) for s in subs],
@@ -319,11 +365,11 @@ def report(chapter_name: str, grades: list[Grade]) -> str:
             continue
         lines.append(f"{g.student}: {g.score:.3g} of {g.possible:g} points")
         for q in g.questions:
-            state = "passed" if q.passed else "FAILED"
+            state = "passed" if q.passed else ("FAILED" if q.attempted else "not attempted")
             points = f"{q.score:.3g}/{q.possible:g}"
             lines.append(f"  {q.name:<20} {state:<7} {points:<9}"
                          + (f" ({q.exercise})" if q.exercise else "").rstrip())
-            lines.extend(f"      hint: {h}" for h in q.hints)
+            lines.extend(f"      hint: {h}" for h in q.hints if q.attempted)
     skipped = getattr(grades, "skipped", [])
     if skipped:
         lines += ["", f"Skipped ({len(skipped)}):"]
@@ -337,7 +383,8 @@ def write_json_summary(grades: list[Grade]) -> str:
                         "error": g.error,
                         "questions": {q.name: {"exercise": q.exercise, "score": q.score,
                                                "possible": q.possible,
-                                               "passed": q.passed, "hints": q.hints}
+                                               "passed": q.passed, "attempted": q.attempted,
+                                               "hints": q.hints}
                                       for q in g.questions}} for g in grades], indent=1)
 
 

@@ -190,6 +190,7 @@ def _run_in(stage: Path, chapter: Chapter, params: dict[str, Any], full_params: 
     ipynb = to_ipynb(chapter, stage / ".source.ipynb")
     output = stage / f"{chapter.name}.ipynb"
     extra = {"MINIREPRO_RESULTS": str(stage / ".kernel-results.json"),
+             "MINIREPRO_CONFIG": str(stage / ".kernel-config.json"),
              "MINIREPRO_FIGDIR": str(stage / "figures"),
              "MINIREPRO_ROOT": str(root),
              "MINIREPRO_SCALE": str(full_params.get("scale", "book"))}
@@ -207,20 +208,86 @@ def _run_in(stage: Path, chapter: Chapter, params: dict[str, Any], full_params: 
     seconds, cpu_seconds = time.perf_counter() - t0, children_cpu() - cpu0
     kernel_results = stage / ".kernel-results.json"
     recorded = json.loads(kernel_results.read_text()) if kernel_results.exists() else {}
-    results = {"chapter": chapter.name, "params": full_params, "given": params,
+    resolved = _resolved(full_params, stage / ".kernel-config.json")
+    results = {"chapter": chapter.name, "params": full_params, "given": params, "resolved": resolved,
                "headline": recorded.get("headline"),
                "metrics": recorded.get("metrics", {}), "tolerances": recorded.get("tolerances", {}),
                "seeds": recorded.get("seeds", {}), "claims": recorded.get("claims", []),
                "seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
                "load": round(load, 2), "run_id": run_id}
-    (stage / "params.json").write_text(json.dumps(full_params, indent=2, default=str) + "\n")
+    (stage / "params.json").write_text(json.dumps(resolved, indent=2, default=str) + "\n")
     (stage / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (stage / "README.md").write_text(run_readme(chapter, params, run_id, runs_dir), encoding="utf-8")
     kernel_results.unlink(missing_ok=True)
+    (stage / ".kernel-config.json").unlink(missing_ok=True)
     (stage / OWNER).unlink(missing_ok=True)
     ipynb.unlink(missing_ok=True)
     final = runs_dir / run_id
+    _log_names_final(stage / "papermill.log", stage, final)
     stage.rename(final)
     return Run(final, results)
+
+def _log_names_final(log: Path, stage: Path, final: Path) -> None:
+    """papermill's log names the staging folder; once the run is finished, name the folder
+    it is renamed to."""
+    try:
+        text = log.read_text(encoding="utf-8")
+        log.write_text(text.replace(str(stage), str(final)), encoding="utf-8")
+    except OSError:
+        pass
+
+
+def _resolved(full_params: dict[str, Any], config_file: Path) -> dict[str, Any]:
+    """Every parameter's value as the run used it: a parameter left at ``None`` takes the
+    value the notebook's ``Config.from_params`` resolved it to (its scale's preset), as the
+    kernel wrote it to ``config_file``; a parameter the config does not hold stays as given."""
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    return {k: config.get(k) if v is None and isinstance(config, dict) else v
+            for k, v in full_params.items()}
+
+
+def rerun_command(chapter: Chapter, params: dict[str, Any], runs_dir: Path | None = None) -> str:
+    """The ``minirepro run`` command that repeats a run with the parameters it was given."""
+    import shlex
+
+    words = ["minirepro", "run", chapter.name]
+    for k, v in params.items():
+        if k == "scale":
+            words += ["--scale", str(v)]
+            continue
+        values = v if isinstance(v, list) else [v]
+        words += ["-p", k, *(str(x).lower() if isinstance(x, bool) else str(x) for x in values)]
+    if runs_dir is not None:
+        words += ["--runs-dir", str(runs_dir)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def run_readme(chapter: Chapter, params: dict[str, Any], run_id: str, runs_dir: Path) -> str:
+    """The ``README.md`` of a finished run folder: what each file is, and how to re-run it."""
+    base = runs_dir.parent  # runs_dir is <runs>/<chapter>
+    return f"""# Run {run_id} of {chapter.name}
+
+A finished `minirepro run` of the chapter `{chapter.slug}` ({chapter.title}).
+
+| file | what it is |
+|---|---|
+| `{chapter.name}.ipynb` | the chapter's notebook, executed with this run's parameters (papermill) |
+| `params.json` | every parameter's value as the run used it (a preset value where none was given) |
+| `results.json` | the metrics, the claims with their verdicts, the seeds, the parameters given (`given`), the time taken |
+| `figures/` | the figures the notebook saved (if any) |
+| `papermill.log` | papermill's log of the execution |
+
+To re-run it with the same parameters (a new folder beside this one; the seeds are the
+same, so the numbers are too, up to timings and floating-point differences between machines):
+
+```console
+{rerun_command(chapter, params, base)}
+```
+"""
+
 
 def run_record(name: str, params: dict[str, Any], scale: str | None, runs_dir: Path | None,
                root: Path) -> dict[str, Any]:
@@ -230,7 +297,14 @@ def run_record(name: str, params: dict[str, Any], scale: str | None, runs_dir: P
         return {"params": params, "ok": True, "folder": str(run.folder),
                 "metrics": run.results["metrics"], "seconds": run.results["seconds"],
                 "headline": run.results.get("headline"),
+                "scale": run.results["params"].get("scale"), "n_seeds": reported_seeds(run.results),
                 "verdicts": {c["id"]: c.get("verdict") for c in run.results["claims"]}}
     except RunFailed as exc:
         return {"params": params, "ok": False, "folder": str(exc.folder), "error": str(exc),
                 "metrics": {}, "seconds": None, "verdicts": {}}
+
+
+def reported_seeds(results: dict[str, Any]) -> int | None:
+    """How many seeds a run reports on (``declare_seeds``), or ``None`` if it declared none."""
+    reported = (results.get("seeds") or {}).get("reported")
+    return len(reported) if isinstance(reported, list) and reported else None

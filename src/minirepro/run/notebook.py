@@ -70,10 +70,11 @@ def execute(ipynb: Path, output: Path, params: dict[str, Any], env: dict[str, st
     """
     pfile = output.parent / ".params.yaml"
     pfile.write_text(yaml.safe_dump(params), encoding="utf-8")
-    cmd = [sys.executable, "-m", "papermill", str(ipynb), str(output), "-f", str(pfile),
+    # papermill's own command line, less its false "Unable to parse line" (see papermill_main)
+    cmd = [sys.executable, "-m", "minirepro.run.papermill_main", str(ipynb), str(output), "-f", str(pfile),
            "-k", "python3", "--engine", "minirepro", "--cwd", str(cwd), "--no-progress-bar",
            *(["--execution-timeout", str(timeout)] if timeout is not None else []),
-           "--log-level", "ERROR"]
+           "--log-level", "INFO" if log else "ERROR"]
     with open(log or os.devnull, "w", encoding="utf-8") as fh:
         # A session of its own: a Ctrl-C in the terminal reaches this process only, which
         # then stops the whole tree (papermill, the kernel, the kernel's children).

@@ -118,6 +118,17 @@ def verdict_counts(rows: list[dict[str, Any]]) -> str:
     return ", ".join(parts) or "no claims"
 
 
+def smoke_caveat(scale: str | None, n_seeds: int | None, per_run: bool = False) -> str | None:
+    """At smoke scale, the line that says a run's verdicts are a smoke check and where the
+    book's verdicts are (the ledger); ``None`` at any other scale. ``n_seeds``: the seeds
+    a run reports on (``None``: not declared, or not the same in every run of a sweep)."""
+    if scale != "smoke":
+        return None
+    n = (f" (n = {n_seeds} seed{'s' if n_seeds != 1 else ''}{' per run' if per_run else ''})"
+         if n_seeds else "")
+    return f"smoke check{n}: these are not the book's verdicts; see `minirepro claims`"
+
+
 def compact_summary(rows: list[dict[str, Any]], swept: list[str], metric: str | None, why: str,
                     seconds: float | None = None, chapter: str = "") -> str:
     """A few short lines: the runs, then per grid point the headline metric's mean ± the
@@ -144,6 +155,11 @@ def compact_summary(rows: list[dict[str, Any]], swept: list[str], metric: str | 
         bad = len(group) - len(done)
         lines.append(f"  {label:<{width}}  {stat:>18}  ({n}{f', {bad} FAILED' if bad else ''})"
                      f"  verdicts: {verdict_counts(done)}")
+    smoke = [r for r in ok if r.get("scale") == "smoke"]
+    if smoke:
+        seeds = {r.get("n_seeds") for r in smoke}
+        per_run = seeds.pop() if len(seeds) == 1 else None
+        lines.append(smoke_caveat("smoke", per_run, per_run=len(smoke) > 1))
     return "\n".join(lines)
 
 
