@@ -283,6 +283,17 @@ def load_entries(root: str | None = None) -> list[dict]:
     return _LEDGER[key]
 
 
+def _short_names(root: str | None = None) -> dict[str, str]:
+    """Chapter -> the paper's short name (``book/papers.yml``), for the landing page."""
+    try:
+        from minirepro.claims import ledger
+
+        return {p["doc"].split("/")[-1]: str(p["name"]) for p in ledger.papers(Path(root) if root else None)
+                if p.get("doc")}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
 def _forget_ledger(app):
     _LEDGER.clear()
 
@@ -354,7 +365,8 @@ class LedgerTransform(SphinxPostTransform):
         for node in list(self.document.findall(ledger_placeholder)):
             entries = load_entries(self.config.minirepro_root or None)
             if node["kind"] == "summary":
-                html = page.book_summary_html(entries, href("book/ledger"), href("book/status"))
+                html = page.book_summary_html(entries, href("book/ledger"), href("book/status"),
+                                              _short_names(self.config.minirepro_root or None))
             else:
                 name = node["chapter"]
                 entry = next((e for e in entries if e["chapter"] == name), None)

@@ -56,7 +56,7 @@ def test_a_current_entry_shows_each_paper_claim_once_with_n_power_and_tally():
     assert 'href="#claim-beats-base"' in html  # to the claim's row at the end of the page
     assert "25&nbsp;seeds" in html and ">0.91<" in html and ">0.42<" in html
     assert "4/5&nbsp;reproduced, 1/5&nbsp;partly" in html
-    assert "4/5&nbsp;not reproduced" in html
+    assert "4/5&nbsp;not&nbsp;reproduced" in html
     assert 'class="mr-fragile"' in html and '<span class="mr-cause">scale</span>' in html
     assert '<span class="mr-badge mr-rep">1&nbsp;reproduced</span>' in html  # the head's counts
     assert "2 checks of the miniature: 1 passed." in html
@@ -105,6 +105,8 @@ def test_the_book_summary_counts_the_papers_claims_checks_and_fragile_ones():
     assert "<b>6 checks of the miniature</b>: 2 passed" in html
     assert "<b>2</b> verdicts fragile" in html
     assert "1 chapter withdrawn</b> (Toy2)" in html and "1 out of date</b> (Toy3)" in html
+    short = page.book_summary_html([ENTRY, other], "l", "s", {"toy2": "T2"})
+    assert "1 chapter withdrawn</b> (T2)" in short
     assert 'href="book/ledger.html"' in html and 'href="book/status.html"' in html
 
 

@@ -184,7 +184,7 @@ def _tally(claim: dict[str, Any]) -> str:
     counts, k = claim.get("replications") or {}, claim.get("k") or 0
     if not k or not counts:
         return "-"
-    return ", ".join(f"{n}/{k}&nbsp;{escape(SHORT.get(v, v))}"
+    return ", ".join(f"{n}/{k}&nbsp;{escape(SHORT.get(v, v)).replace(' ', '&nbsp;')}"
                      for v, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
 
 
@@ -293,10 +293,15 @@ def verdicts_html(entry: dict[str, Any] | None, ledger_href: str, name: str = ""
             f'{table}<p class="mr-vfoot">{" ".join(foot)}</p></div>')
 
 
-def book_summary_html(entries: list[dict[str, Any]], ledger_href: str, status_href: str) -> str:
+def book_summary_html(entries: list[dict[str, Any]], ledger_href: str, status_href: str,
+                      short_names: dict[str, str] | None = None) -> str:
     """The landing page's result summary: the paper's claims by verdict, the checks of the
     miniature passed, the fragile verdicts, and the chapters whose records are withdrawn or
-    out of date; with links to the ledger and to this build's status page."""
+    out of date (by ``short_names``, chapter -> the paper's short name, else the title's
+    first part); with links to the ledger and to this build's status page."""
+    def short(e):
+        return escape((short_names or {}).get(e["chapter"]) or e["title"].split(":")[0])
+
     paper = [c for e in entries for c in e.get("claims", []) if c.get("kind", "paper") == "paper"]
     checks = [c for e in entries for c in e.get("claims", []) if c.get("kind", "paper") == "check"]
     cnt = counts_of(paper)
@@ -312,14 +317,14 @@ def book_summary_html(entries: list[dict[str, Any]], ledger_href: str, status_hr
              f"<b>{frag}</b> verdict{'s' if frag != 1 else ''} fragile (more than one replication disagrees)"]
     if withdrawn:
         lines.append(f"<b>{len(withdrawn)} chapter{'s' if len(withdrawn) != 1 else ''} withdrawn</b> "
-                     f"({', '.join(escape(e['title'].split(':')[0]) for e in withdrawn)}): their claims count "
+                     f"({', '.join(map(short, withdrawn))}): their claims count "
                      "as not testable until the model they need is built and they run again")
     if stale:
-        lines.append(f"<b>{len(stale)} out of date</b> ({', '.join(escape(e['title'].split(':')[0]) for e in stale)}): "
+        lines.append(f"<b>{len(stale)} out of date</b> ({', '.join(map(short, stale))}): "
                      "their code changed since their verdicts were recorded")
     if missing:
         lines.append(f"<b>{len(missing)} without a record yet</b>")
-    items = "".join(f"<li>{x}.</li>" for x in lines)
+    items = "".join(f"<li>{x}</li>" for x in lines)
     return (f'<div class="mr-book-summary"><p class="mr-vhead"><b>The results so far</b>, at book scale, '
             f"each verdict pooled over a chapter's recorded run and its replications:</p><ul>{items}</ul>"
             f'<p class="mr-vfoot">Every claim with its verdict, units and power: '
