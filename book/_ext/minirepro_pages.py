@@ -21,6 +21,13 @@
   filled in when the page is written, after every notebook has executed, from myst-nb's
   execution data, the build's execution record (``minirepro_execution``) and the
   chapters' results records (``minirepro_results_dir``).
+- ``{minirepro-verdicts}`` (at the top of each chapter): the chapter's verdicts from the
+  ledger (``book/claims/<slug>.json``, read when the page is written): one row per paper
+  claim with its verdict, units, power and the replications' tally, and in words a record
+  that is withdrawn (``book/claims/withdrawn.yml``), out of date or missing, with what it
+  waits for (:func:`minirepro.claims.page.verdicts_html`).
+- ``{minirepro-summary}`` (the landing page): the book's results from the ledger, with links
+  to the ledger and the status page (:func:`minirepro.claims.page.book_summary_html`).
 """
 
 from __future__ import annotations
@@ -258,14 +265,132 @@ class StatusTransform(SphinxPostTransform):
             node.replace_self(nodes.raw("", html, format="html"))
 
 
+# --------------------------------------------------------- verdict boxes and the book's summary
+class ledger_placeholder(nodes.General, nodes.Element):  # noqa: N801 - a docutils node
+    """Where ``{minirepro-verdicts}`` or ``{minirepro-summary}`` puts its HTML, when the page is written."""
+
+
+_LEDGER: dict[str, list] = {}
+
+
+def load_entries(root: str | None = None) -> list[dict]:
+    """The ledger's entries (:func:`minirepro.claims.ledger.load`), read once per build."""
+    key = root or ""
+    if key not in _LEDGER:
+        from minirepro.claims import ledger
+
+        _LEDGER[key] = ledger.load(Path(root) if root else None)
+    return _LEDGER[key]
+
+
+def _short_names(root: str | None = None) -> dict[str, str]:
+    """Chapter -> the paper's short name (``book/papers.yml``), for the landing page."""
+    try:
+        from minirepro.claims import ledger
+
+        return {p["doc"].split("/")[-1]: str(p["name"]) for p in ledger.papers(Path(root) if root else None)
+                if p.get("doc")}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _forget_ledger(app):
+    _LEDGER.clear()
+
+
+def _chapter_of(docname: str) -> str | None:
+    """``notebooks/07-caffnet/caffnet`` -> ``caffnet``."""
+    m = re.match(r"^notebooks/\d{2}-[^/]+/([^/]+)$", docname)
+    return m.group(1) if m else None
+
+
+class _LedgerDirective(SphinxDirective):
+    kind = ""
+
+    def run(self):
+        env = self.env
+        env.minirepro_ledger_docs = getattr(env, "minirepro_ledger_docs", set()) | {env.docname}
+        node = ledger_placeholder()
+        node["kind"] = self.kind
+        node["chapter"] = self.arguments[0] if self.arguments else _chapter_of(env.docname)
+        if self.kind == "verdicts" and not node["chapter"]:
+            raise self.error("{minirepro-verdicts} outside a chapter page (notebooks/NN-slug/name) "
+                             "needs the chapter's name as its argument")
+        return [node]
+
+
+class VerdictsDirective(_LedgerDirective):
+    """``{minirepro-verdicts}``: the chapter's verdicts from the ledger (argument: the chapter's
+    name; default, the page's chapter)."""
+
+    kind = "verdicts"
+    optional_arguments = 1
+    has_content = False
+
+
+class SummaryDirective(_LedgerDirective):
+    """``{minirepro-summary}``: the book's results from the ledger."""
+
+    kind = "summary"
+    has_content = False
+
+
+def _ledger_docs(app, env):
+    """Pages with a verdict box are written again in every build (the ledger may have changed)."""
+    return sorted(getattr(env, "minirepro_ledger_docs", set()) & set(env.found_docs))
+
+
+def _purge_ledger(app, env, docname):
+    getattr(env, "minirepro_ledger_docs", set()).discard(docname)
+
+
+def _merge_ledger(app, env, docnames, other):
+    env.minirepro_ledger_docs = getattr(env, "minirepro_ledger_docs", set()) | (
+        getattr(other, "minirepro_ledger_docs", set()) & set(docnames))
+
+
+class LedgerTransform(SphinxPostTransform):
+    """Fill in the verdict boxes and the summary when the page is written."""
+
+    default_priority = 8
+
+    def run(self, **kwargs) -> None:
+        from minirepro.claims import page
+
+        builder, here = self.app.builder, self.env.docname
+
+        def href(doc):
+            return builder.get_relative_uri(here, doc) if hasattr(builder, "get_relative_uri") else doc
+
+        for node in list(self.document.findall(ledger_placeholder)):
+            entries = load_entries(self.config.minirepro_root or None)
+            if node["kind"] == "summary":
+                html = page.book_summary_html(entries, href("book/ledger"), href("book/status"),
+                                              _short_names(self.config.minirepro_root or None))
+            else:
+                name = node["chapter"]
+                entry = next((e for e in entries if e["chapter"] == name), None)
+                html = page.verdicts_html(entry, f"{href('book/ledger')}#ledger-{name}", name)
+            node.replace_self(nodes.raw("", html, format="html"))
+
+
 def setup(app):
     app.add_config_value("minirepro_scale", "", "html")
     app.add_config_value("minirepro_results_dir", "", "html")
     app.add_config_value("minirepro_execution", "", "html")
+    app.add_config_value("minirepro_root", "", "html")  # the ledger's repository (tests); default: this one
     app.connect("config-inited", _banner)
     app.add_node(status_placeholder, html=(lambda self, node: None, lambda self, node: None))
     app.add_directive("minirepro-status", StatusDirective)
     app.add_post_transform(StatusTransform)
+    app.add_node(ledger_placeholder, html=(lambda self, node: None, lambda self, node: None))
+    app.add_directive("minirepro-verdicts", VerdictsDirective)
+    app.add_directive("minirepro-summary", SummaryDirective)
+    app.add_post_transform(LedgerTransform)
+    app.connect("env-updated", _ledger_docs)
+    app.connect("env-purge-doc", _purge_ledger)
+    app.connect("env-merge-info", _merge_ledger)
+    app.connect("builder-inited", _forget_ledger)
     app.connect("env-updated", _status_docs)
     app.connect("env-purge-doc", _purge_status)
     app.connect("env-merge-info", _merge_status)

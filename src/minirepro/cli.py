@@ -117,7 +117,7 @@ def _cmd_run(args) -> int:
     res = run.results
     row = {"ok": True, "metrics": res["metrics"], "headline": res.get("headline"),
            "verdicts": {c["id"]: c.get("verdict") for c in res["claims"]}}
-    metric, why = headline_metric([row])
+    metric, why = headline_metric([row], chapter=res["chapter"])
     print(f"finished {res['chapter']} in {res['seconds']:.1f} s: {run.folder}")
     if metric is not None:
         value = res["metrics"][metric]

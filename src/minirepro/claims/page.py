@@ -176,5 +176,161 @@ def ledger_html(entries: list[dict[str, Any]], short_names: dict[str, str],
     return "\n".join(out)
 
 
-__all__ = ["ledger_html", "anchor", "badge", "chapter_href", "claims_rows_html", "counts_of", "power_text",
-           "summary_html", "units_text"]
+
+
+# ----------------------------------------------------------------- a chapter's verdict box
+def _tally(claim: dict[str, Any]) -> str:
+    """``"4/5 reproduced, 1/5 partly"`` (short verdict names, most frequent first), or ``"-"``."""
+    counts, k = claim.get("replications") or {}, claim.get("k") or 0
+    if not k or not counts:
+        return "-"
+    return ", ".join(f"{n}/{k}&nbsp;{escape(SHORT.get(v, v)).replace(' ', '&nbsp;')}"
+                     for v, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+
+
+def _replications_note(entry: dict[str, Any]) -> str:
+    """Once per box: what the replications varied, or why there are none."""
+    rep = entry.get("replication") or {}
+    if entry.get("withdrawn"):
+        return ""
+    if entry.get("robustness_fixed"):
+        return f"Not re-seeded: {escape(str(entry['robustness_fixed']))}."
+    if not rep:
+        return "No replications were run."
+    if not rep.get("current", True):
+        return "Its replications ran an older notebook and are not pooled."
+    param = rep.get("param") or "seed"
+    k = len(rep.get("values") or []) or (entry.get("plan") or {}).get("k") or "its"
+    return (f"Each verdict is decided on the recorded run and {k} replications (over "
+            f"<code>{escape(str(param))}</code>) pooled; the last column gives each replication's own verdict.")
+
+
+def _state_note(entry: dict[str, Any], name: str, cmd: str) -> tuple[str, str]:
+    """``(state, note)``: ``"withdrawn"``, ``"stale"`` or ``"current"``, and in words (for the
+    first two) what the record waits for."""
+    if entry.get("withdrawn"):
+        w = entry["withdrawn"]
+        missing = w.get("missing") if w.get("missing") is not None else w.get("needs", [])
+        builds = ", ".join(f"<code>minirepro artifacts build {escape(n)}</code>" for n in missing)
+        wait = (f"They wait for {'the artifact' if len(missing) == 1 else 'the artifacts'} "
+                f"{', '.join(f'<code>{escape(n)}</code>' for n in missing)} to be built ({builds}), "
+                f"then for the chapter to run again ({cmd})." if missing else
+                f"What they need is built now: they wait for the chapter to run again ({cmd}).")
+        return "withdrawn", (f'<p class="mr-vstate"><b>These verdicts are withdrawn:</b> '
+                             f'{escape(str(w.get("why", "")))} {wait} Until then every claim reads '
+                             "<i>not testable</i>; the verdict recorded before is shown beside it, "
+                             "for the record.</p>")
+    if not entry.get("current"):
+        when = f" ({escape(str(entry['date']))})" if entry.get("date") else ""
+        return "stale", (f'<p class="mr-vstate"><b>Out of date:</b> the chapter\'s code changed since '
+                         f"these verdicts were recorded{when}. They are the last recorded ones, not this "
+                         f"page's; they wait for the chapter to run again at book scale ({cmd}) with its "
+                         f"replications (<code>minirepro claims --robustness K --only {escape(name)}"
+                         "</code>).</p>")
+    return "current", ""
+
+
+def _verdict_row(c: dict[str, Any]) -> str:
+    """One paper claim of the box: statement (a link to its row at the end of the page),
+    verdict badge with its cause (or the verdict recorded before a withdrawal), n, power, tally."""
+    from minirepro.claims.ledger import power_value
+
+    why = c.get("why") or {}
+    mark = badge(c.get("verdict"), bool(c.get("fragile")), title=str(why.get("evidence") or ""))
+    if c.get("recorded_verdict"):
+        was = SHORT.get(c["recorded_verdict"], c["recorded_verdict"])
+        mark += f'<span class="mr-cause">was {escape(was)}</span>'
+    elif why.get("cause"):
+        mark += f'<span class="mr-cause">{escape(why["cause"])}</span>'
+    pw = power_value(c)
+    design = escape(str((c.get("power") or {}).get("design") or ""))
+    power = f'<span title="{design}">{pw:.2f}</span>' if pw is not None else "-"
+    return (f'<tr><td class="mr-vclaim"><a href="#{anchor(c["id"])}">{escape(c["statement"])}</a></td>'
+            f'<td class="mr-vverdict">{mark}</td><td class="mr-vn">{units_text(c)}</td>'
+            f'<td class="mr-vpower">{power}</td><td class="mr-vreps">{_tally(c)}</td></tr>')
+
+
+def verdicts_html(entry: dict[str, Any] | None, ledger_href: str, name: str = "") -> str:
+    """A chapter's verdict box (``{minirepro-verdicts}``, at the top of its page): the paper's
+    claims, one row each, with the ledger's verdict (and a "fragile" mark, the cause of a
+    verdict other than reproduced), the units it was decided on, the power of the whole rule
+    and the replications' tally; the checks of the miniature in one line; and, for a record that
+    is withdrawn, out of date or missing, that fact in words and what it waits for.
+
+    ``entry`` is the chapter's ledger entry (:func:`minirepro.claims.ledger.load`), ``None``
+    when it has none; ``ledger_href`` the address of the chapter's section of the ledger page.
+    """
+    name = name or (entry or {}).get("chapter", "")
+    link = f'<a href="{escape(ledger_href)}">the claims ledger</a>'
+    cmd = f"<code>minirepro claims --update {escape(name)}</code>"
+    if entry is None or entry.get("missing"):
+        return (f'<div class="mr-verdicts" data-chapter="{escape(name)}" data-state="missing">'
+                f'<p class="mr-vstate"><b>No verdicts are recorded for this chapter yet.</b> They wait '
+                f"for its first book-scale run ({cmd}) and its replications; {link} will show them.</p></div>")
+    paper = [c for c in entry.get("claims", []) if c.get("kind", "paper") == "paper"]
+    checks = [c for c in entry.get("claims", []) if c.get("kind", "paper") == "check"]
+    cnt = counts_of(paper)
+    state, note = _state_note(entry, name, cmd)
+    summary = " ".join(f'<span class="mr-badge mr-{CSS[v]}">{cnt[v]}&nbsp;{escape(SHORT[v])}</span>'
+                       for v in VERDICTS if cnt[v]) or "none"
+    head = (f'<p class="mr-vhead"><b>The verdicts</b> on the paper\'s {len(paper)} '
+            f"claim{'s' if len(paper) != 1 else ''}: {summary} "
+            f'<span class="mr-vsource">(book scale, from {link})</span></p>')
+    table = ('<table class="mr-verdicts-table"><thead><tr><th>claim of the paper</th><th>verdict</th>'
+             '<th>n</th><th title="P(reproduced) of the whole rule at its design point">power</th>'
+             f'<th>replications</th></tr></thead><tbody>{"".join(map(_verdict_row, paper))}</tbody></table>'
+             if paper else "")
+    foot = []
+    if checks:
+        n = f"{len(checks)} check{'s' if len(checks) != 1 else ''} of the miniature"
+        foot.append(f"{n}, withdrawn with the rest." if state == "withdrawn" else
+                    f"{n}: {sum(c.get('verdict') == VERDICTS[0] for c in checks)} passed.")
+    if paper and _replications_note(entry):
+        foot.append(_replications_note(entry))
+    foot.append("Power: the probability that the whole rule says <i>reproduced</i> at its design point; "
+                "each claim's rule and measurement are in the table at the end of the page.")
+    return (f'<div class="mr-verdicts" data-chapter="{escape(name)}" data-state="{state}">{head}{note}'
+            f'{table}<p class="mr-vfoot">{" ".join(foot)}</p></div>')
+
+
+def book_summary_html(entries: list[dict[str, Any]], ledger_href: str, status_href: str,
+                      short_names: dict[str, str] | None = None) -> str:
+    """The landing page's result summary: the paper's claims by verdict, the checks of the
+    miniature passed, the fragile verdicts, and the chapters whose records are withdrawn or
+    out of date (by ``short_names``, chapter -> the paper's short name, else the title's
+    first part); with links to the ledger and to this build's status page."""
+    def short(e):
+        return escape((short_names or {}).get(e["chapter"]) or e["title"].split(":")[0])
+
+    paper = [c for e in entries for c in e.get("claims", []) if c.get("kind", "paper") == "paper"]
+    checks = [c for e in entries for c in e.get("claims", []) if c.get("kind", "paper") == "check"]
+    cnt = counts_of(paper)
+    frag = sum(bool(c.get("fragile")) for c in paper + checks)
+    withdrawn = [e for e in entries if e.get("withdrawn")]
+    stale = [e for e in entries if not e.get("missing") and not e.get("current") and not e.get("withdrawn")]
+    missing = [e for e in entries if e.get("missing")]
+    badges = " ".join(f'<span class="mr-badge mr-{CSS[v]}">{cnt[v]}&nbsp;{escape(SHORT[v])}</span>'
+                      for v in VERDICTS if cnt[v])
+    lines = [f"<b>{len(paper)} claims of {len(entries)} papers</b>: {badges}",
+             f"<b>{len(checks)} checks of the miniature</b>: "
+             f"{sum(c.get('verdict') == VERDICTS[0] for c in checks)} passed",
+             f"<b>{frag}</b> verdict{'s' if frag != 1 else ''} fragile (more than one replication disagrees)"]
+    if withdrawn:
+        lines.append(f"<b>{len(withdrawn)} chapter{'s' if len(withdrawn) != 1 else ''} withdrawn</b> "
+                     f"({', '.join(map(short, withdrawn))}): their claims count "
+                     "as not testable until the model they need is built and they run again")
+    if stale:
+        lines.append(f"<b>{len(stale)} out of date</b> ({', '.join(map(short, stale))}): "
+                     "their code changed since their verdicts were recorded")
+    if missing:
+        lines.append(f"<b>{len(missing)} without a record yet</b>")
+    items = "".join(f"<li>{x}</li>" for x in lines)
+    return (f'<div class="mr-book-summary"><p class="mr-vhead"><b>The results so far</b>, at book scale, '
+            f"each verdict pooled over a chapter's recorded run and its replications:</p><ul>{items}</ul>"
+            f'<p class="mr-vfoot">Every claim with its verdict, units and power: '
+            f'<a href="{escape(ledger_href)}">the claims ledger</a>. How each chapter ran in the build you are '
+            f'reading: <a href="{escape(status_href)}">the execution status</a>.</p></div>')
+
+
+__all__ = ["anchor", "badge", "book_summary_html", "chapter_href", "claims_rows_html", "counts_of", "ledger_html",
+           "power_text", "summary_html", "units_text", "verdicts_html"]

@@ -102,8 +102,9 @@ def run_line(row: dict[str, Any], headline: str | None = None) -> str:
 class SweepProgress:
     """A bar over a sweep's runs with a line per finished run (a terminal only)."""
 
-    def __init__(self, total: int, desc: str, show: bool | None = None):
+    def __init__(self, total: int, desc: str, show: bool | None = None, headline: str | None = None):
         self.show = enabled() if show is None else show
+        self.headline = headline  # the chapter's declared headline metric, for runs that record none
         self.total = total
         self.bar = None
         if self.show:
@@ -115,7 +116,7 @@ class SweepProgress:
     def done(self, row: dict[str, Any]) -> None:
         if self.bar is None:
             return
-        self.bar.write(f"[{self.bar.n + 1}/{self.total}] {run_line(row)}", file=sys.stderr)
+        self.bar.write(f"[{self.bar.n + 1}/{self.total}] {run_line(row, self.headline)}", file=sys.stderr)
         self.bar.update(1)
 
     def close(self) -> None:

@@ -3,8 +3,9 @@ headline metric per grid point, and a plot of it.
 
 The headline metric is ``--metric`` when given, else the one the chapter names with
 ``results.record_metric(name, value, headline=True)`` (recorded in each run's
-``results.json`` as ``headline``), else the first metric the chapter records; the
-summary says which of the three it is.
+``results.json`` as ``headline``), else the paper's ``headline`` in ``book/papers.yml``
+(:func:`declared_headline`, when the run recorded it), else the first metric the chapter
+records; the summary says which it is.
 """
 
 from __future__ import annotations
@@ -21,8 +22,27 @@ from minirepro.claims.rules import VERDICTS
 SHORT_VERDICT = {"not testable at this scale": "not testable"}
 
 
-def headline_metric(rows: list[dict[str, Any]], metric: str | None = None) -> tuple[str | None, str]:
-    """``(metric, why)``: the metric a sweep summarises and plots, and where it comes from."""
+def declared_headline(chapter: str, root: Path | None = None) -> str | None:
+    """The headline metric ``book/papers.yml`` names for the chapter's paper (its ``headline``),
+    or ``None``: none named, or no book here (a student's copy of a chapter)."""
+    import yaml
+
+    from minirepro.chapters import ChapterError, get, repo_root
+
+    try:
+        number = get(chapter, root).number
+        listed = yaml.safe_load(((root or repo_root()) / "book" / "papers.yml").read_text(encoding="utf-8"))
+    except (ChapterError, OSError, ValueError):
+        return None
+    found = next((p.get("headline") for p in listed or [] if int(p.get("number", -1)) == number), None)
+    return str(found) if found else None
+
+
+def headline_metric(rows: list[dict[str, Any]], metric: str | None = None,
+                    chapter: str | None = None) -> tuple[str | None, str]:
+    """``(metric, why)``: the metric a sweep summarises and plots, and where it comes from:
+    ``metric`` (``--metric``), else the headline a run recorded, else the chapter's declared one
+    (``book/papers.yml``), else the first metric recorded."""
     numeric = _numeric_metrics(rows)
     if metric is not None:
         if metric in numeric:
@@ -33,6 +53,9 @@ def headline_metric(rows: list[dict[str, Any]], metric: str | None = None) -> tu
     named = [r.get("headline") for r in rows if r.get("ok") and r.get("headline")]
     if named and named[0] in numeric:
         return named[0], "the chapter's headline metric"
+    declared = declared_headline(chapter) if chapter else None
+    if declared in numeric:
+        return declared, "the paper's headline metric (book/papers.yml)"
     if numeric:
         return numeric[0], "the chapter's first metric: it names no headline"
     return None, "no numeric metric was recorded"
@@ -66,7 +89,7 @@ def write_summary(folder: Path, rows: list[dict[str, Any]], swept: list[str],
     (folder / "summary.json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
     shown = df.drop(columns=["folder"]).rename(columns=lambda c: c.split(":", 1)[-1])
     (folder / "summary.md").write_text(_markdown_table(shown) + "\n")
-    col, why = headline_metric(rows, metric)
+    col, why = headline_metric(rows, metric, chapter=chapter or None)
     plotted = False
     if col is not None and f"metric:{col}" in df.columns:
         plotted = _plot_sweep(df[df.status == "ok"], swept, f"metric:{col}", folder / "sweep.png")

@@ -26,7 +26,7 @@ from minirepro.run.cluster import sweep_dask
 from minirepro.run.folder import make_run_id, mark_abandoned, run_record
 from minirepro.run.process import Interrupted, signals_ignored, stop_signals_raise
 from minirepro.run.progress import SweepProgress
-from minirepro.run.summary import write_summary
+from minirepro.run.summary import declared_headline, write_summary
 
 
 def expand_grid(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -74,7 +74,8 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
     known = set(base.glob(".incomplete-*")) if base.is_dir() else set()
     failed_before = set(base.glob("*-FAILED")) if base.is_dir() else set()
     t0 = time.perf_counter()
-    bar = SweepProgress(len(combos), chapter.name, show=progress)
+    bar = SweepProgress(len(combos), chapter.name, show=progress,
+                        headline=metric or declared_headline(chapter.name, root))
     try:
         with stop_signals_raise():  # SIGTERM/SIGHUP end the sweep like Ctrl-C
             if scheduler is not None:
