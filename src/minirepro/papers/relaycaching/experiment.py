@@ -426,57 +426,115 @@ def draw(cfg: Config, model: PreTrainedModel, tok: PreTrainedTokenizerBase, corp
     return make_items(tok, corpus_cfg, n, seed, model.config.max_position_embeddings)
 
 
-def run_experiment(cfg: Config, model: PreTrainedModel | None = None,
-                   tok: PreTrainedTokenizerBase | None = None, corpus_cfg=None) -> Results:
-    """The whole protocol: calibration, arms per seed of ``cfg.seeds``, sweep, phase check,
-    timing."""
-    t_start = time.perf_counter()
+@dataclass
+class State:
+    """A run in progress (the notebook runs its stages in separate cells): the calibration and
+    the rows gathered so far."""
+
+    cfg: Config
+    model: PreTrainedModel
+    tok: PreTrainedTokenizerBase
+    corpus_cfg: object
+    prof_k: np.ndarray
+    prof_v: np.ndarray
+    window: tuple[int, int]
+    rows: list = field(default_factory=list)
+    devs: list = field(default_factory=list)
+    phase: list = field(default_factory=list)
+    timing: list = field(default_factory=list)
+    items: dict = field(default_factory=dict)
+    sweep_rows: list = field(default_factory=list)
+    sweep_time: list = field(default_factory=list)
+    seconds: dict = field(default_factory=dict)
+
+
+def start(cfg: Config, model: PreTrainedModel | None = None, tok: PreTrainedTokenizerBase | None = None,
+          corpus_cfg=None) -> State:
+    """Stage 1: load (unless given) and calibrate: the offline profile and the layer window."""
+    t0 = time.perf_counter()
     if model is None:
         model, tok, corpus_cfg = load(cfg)
-    seeds = cfg.seeds
     set_seed(0)
     calib = draw(cfg, model, tok, corpus_cfg, cfg.n_calib, cfg.calib_seed)
     prof_k, prof_v, window = calibrate(model, calib, cfg.window_frac)
-    t_cal = time.perf_counter()
-    rows, devs, phase, timing, first = [], [], [], [], []
-    n_layers = model.config.num_hidden_layers
-    for seed in progress(seeds, desc="seeds"):
-        items = draw(cfg, model, tok, corpus_cfg, cfg.n_items, cfg.item_offset + seed)
-        first = first or items
+    return State(cfg, model, tok, corpus_cfg, prof_k, prof_v, window,
+                 seconds={"calibration": time.perf_counter() - t0})
+
+
+def run_seeds(st: State, seeds) -> None:
+    """Stage 2: for each seed, draw its pipelines and run every arm and the deviation map on each."""
+    t0 = time.perf_counter()
+    cfg, model, tok = st.cfg, st.model, st.tok
+    for seed in progress(list(seeds), desc="seeds"):
+        seed = int(seed)
+        items = draw(cfg, model, tok, st.corpus_cfg, cfg.n_items, cfg.item_offset + seed)
+        st.items[seed] = items
         for i, it in enumerate(items):
             prep = prepare(model, it)
-            for r in run_arms(model, tok, prep, cfg, window[1]):
-                rows.append({"seed": seed, "item": i, "s_len": len(it.s), "n_b": it.n_b, **r})
+            for r in run_arms(model, tok, prep, cfg, st.window[1]):
+                st.rows.append({"seed": seed, "item": i, "s_len": len(it.s), "n_b": it.n_b, **r})
             dk, dv = deviation_map(model, it, prep.a_cache, prep.full_cache)
-            st = deviation_stats(dv)
-            lm = st.pop("layer_mean")
-            devs.append({"seed": seed, "item": i, **st,
-                         "prefix_dev": float(np.concatenate([dk[1:], dv[1:]]).mean()),
-                         **{f"layer {li}": float(v) for li, v in enumerate(lm)}})
+            stats = deviation_stats(dv)
+            lm = stats.pop("layer_mean")
+            st.devs.append({"seed": seed, "item": i, **stats,
+                            "prefix_dev": float(np.concatenate([dk[1:], dv[1:]]).mean()),
+                            **{f"layer {li}": float(v) for li, v in enumerate(lm)}})
+    st.seconds["arms"] = st.seconds.get("arms", 0.0) + time.perf_counter() - t0
+
+
+def run_checks(st: State) -> None:
+    """Stage 3: per seed, the decode-vs-prefill check (fp32, bf16) and the timing of full vs RelayCaching."""
+    t0 = time.perf_counter()
+    cfg, model = st.cfg, st.model
+    for seed, items in sorted(st.items.items()):
         for it in items[:cfg.n_phase]:
             for name, dt in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
-                phase.append({"seed": seed, "dtype": name, **phase_gap(model, it, dt)})
+                st.phase.append({"seed": seed, "dtype": name, **phase_gap(model, it, dt)})
         for i, it in enumerate(items[:cfg.n_timing]):
-            t = time_prefill(model, prepare(model, it), cfg, window[1], (cfg.budget,))
-            timing.append({"seed": seed, "item": i, "full": t[0]["seconds"], "relay": t[1]["seconds"],
-                           "library": t[0]["library_seconds"]})
-    t_main = time.perf_counter()
-    sweep_rows, sweep_time = [], []
+            t = time_prefill(model, prepare(model, it), cfg, st.window[1], (cfg.budget,))
+            st.timing.append({"seed": seed, "item": i, "full": t[0]["seconds"], "relay": t[1]["seconds"],
+                              "library": t[0]["library_seconds"]})
+    st.seconds["checks"] = time.perf_counter() - t0
+
+
+def run_sweep(st: State) -> None:
+    """Stage 4: the recompute-share sweep (and its timing) on the first seed's first pipelines."""
+    t0 = time.perf_counter()
+    cfg, model, tok = st.cfg, st.model, st.tok
+    first = st.items[min(st.items)]
     for i, it in enumerate(first[:cfg.n_sweep]):
         prep = prepare(model, it)
         if i < cfg.n_timing:
-            for r in time_prefill(model, prep, cfg, window[1], cfg.sweep):
-                sweep_time.append({"item": i, **r})
+            for r in time_prefill(model, prep, cfg, st.window[1], cfg.sweep):
+                st.sweep_time.append({"item": i, **r})
         for b in cfg.sweep:
-            for r in run_arms(model, tok, prep, cfg, window[1],
+            for r in run_arms(model, tok, prep, cfg, st.window[1],
                               {"EPIC": b, "CacheBlend": b, "RelayCaching": b, "random tokens": b}):
-                sweep_rows.append({"share": b, "item": i, **r})
-    df = pd.DataFrame(rows)
+                st.sweep_rows.append({"share": b, "item": i, **r})
+    st.seconds["sweep"] = time.perf_counter() - t0
+
+
+def finish(st: State) -> Results:
+    """The run's :class:`Results` from the stages gathered in ``st``."""
+    if not st.rows:
+        raise ValueError("no seed has run: call run_seeds first")
+    df = pd.DataFrame(st.rows)
     table = df.groupby(["seed", "arm"], sort=False).mean(numeric_only=True).reset_index()
-    return Results(df, table, prof_k, prof_v, window, pd.DataFrame(devs), pd.DataFrame(sweep_rows),
-                   pd.DataFrame(phase), pd.DataFrame(timing), pd.DataFrame(sweep_time), n_layers,
-                   first, {"calibration": t_cal - t_start, "arms": t_main - t_cal,
-                           "sweep": time.perf_counter() - t_main})
+    return Results(df, table, st.prof_k, st.prof_v, st.window, pd.DataFrame(st.devs),
+                   pd.DataFrame(st.sweep_rows), pd.DataFrame(st.phase), pd.DataFrame(st.timing),
+                   pd.DataFrame(st.sweep_time), st.model.config.num_hidden_layers,
+                   st.items[min(st.items)], dict(st.seconds))
+
+
+def run_experiment(cfg: Config, model: PreTrainedModel | None = None,
+                   tok: PreTrainedTokenizerBase | None = None, corpus_cfg=None) -> Results:
+    """The whole protocol in one call: :func:`start`, :func:`run_seeds` over ``cfg.seeds``,
+    :func:`run_checks`, :func:`run_sweep`, :func:`finish`."""
+    st = start(cfg, model, tok, corpus_cfg)
+    run_seeds(st, cfg.seeds)
+    run_checks(st)
+    run_sweep(st)
+    return finish(st)
 
 
 def per_seed(res: Results, arm: str, col: str) -> np.ndarray:
