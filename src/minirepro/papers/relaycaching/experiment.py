@@ -18,7 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from minirepro.core import set_seed
-from minirepro.core.lm import load_substrate
+from minirepro.core.lm import load_model, load_substrate
 from minirepro.core.progress import progress
 from minirepro.core.scale import ScaledConfig
 from minirepro.papers.relaycaching.blend import (
@@ -30,6 +30,7 @@ from minirepro.papers.relaycaching.blend import (
     reuse_rate,
     reused_kv,
 )
+from minirepro.papers.relaycaching.pipeline import make_pipelines
 from minirepro.papers.relaycaching.relay import RelayItem, a_cache, full_prefill, make_items
 from minirepro.papers.relaycaching.select import (
     cacheblend_detect,
@@ -51,54 +52,67 @@ class Config(ScaledConfig):
     """The chapter's knobs.
 
     Attributes:
-        substrate: the shipped substrate model (``"book"`` 4 layers, ``"smoke"`` 2 layers).
-        model_name: a local checkpoint folder or hub id to use instead (Llama-style, RoPE).
+        task: ``"chat"`` (two-agent chat pipelines, :mod:`.pipeline`; A's note is its own
+            greedy generation) or ``"corpus"`` (the substrate corpus's relays, A's trace
+            teacher-forced; the smoke scale's tiny model cannot write notes).
+        model_name: the model (``"smollm2-135m"`` at book scale); ``None`` with ``task
+            "corpus"`` uses the shipped substrate ``substrate``.
+        substrate: the shipped substrate whose corpus gives the relays (``task "corpus"``).
         seed: the first reported seed; seeds ``seed .. seed + n_seeds - 1`` are run.
-        n_seeds: seeds; each draws its own fresh relays.
-        n_items: relays per seed.
-        n_calib: calibration relays of the offline profile (drawn with ``calib_seed``).
+        n_seeds: seeds; each draws its own fresh pipelines.
+        n_items: pipelines per seed (the units of the verdicts).
+        n_calib: calibration pipelines of the offline profile (drawn with ``calib_seed``).
         calib_seed: the calibration draw (disjoint from the reported seeds).
+        max_new_tokens: the longest note A may generate (``task "chat"``).
         budget: RelayCaching's recompute share of ``S`` (boundary + suffix + probe's top).
         cacheblend_ratio: CacheBlend's recompute share (paper: 0.15).
-        window_frac: a layer is in RelayCaching's window when its mean calibration
+        window_frac: a layer is in RelayCaching's window when its mean calibration value
             deviation is at least this share of the largest layer's.
         n_boundary, n_suffix: tokens of ``S`` always recomputed at its start and end.
-        sweep: recompute shares of the reuse-rate sweep (first seed's relays).
-        n_sweep: relays of the sweep.
-        n_phase: relays per seed of the decode-vs-prefill check (fp32 and bf16).
-        n_timing, timing_repeats: relays timed per seed, and repeats (median).
-        item_offset: relays of seed ``k`` are drawn with ``item_offset + k``.
+        sweep: recompute shares of the reuse-rate sweep (first seed's pipelines).
+        n_sweep: pipelines of the sweep.
+        n_phase: pipelines per seed of the decode-vs-prefill check (fp32 and bf16).
+        n_timing, timing_repeats: pipelines timed per seed, and repeats (median).
+        item_offset: pipelines of seed ``k`` are drawn with ``item_offset + k``.
     """
 
-    substrate: str = "book"
-    model_name: str | None = None
+    task: str = "chat"
+    model_name: str | None = "smollm2-135m"
+    substrate: str = "smoke"
     seed: int = 0
-    n_seeds: int = 5
-    n_items: int = 16
-    n_calib: int = 16
+    n_seeds: int = 4
+    n_items: int = 10
+    n_calib: int = 6
     calib_seed: int = 900
+    max_new_tokens: int = 32
     budget: float = 0.15
     cacheblend_ratio: float = 0.15
     window_frac: float = 0.5
     n_boundary: int = 2
     n_suffix: int = 2
-    sweep: tuple[float, ...] = (0.05, 0.1, 0.15, 0.3, 0.5)
-    n_sweep: int = 12
+    sweep: tuple[float, ...] = (0.05, 0.3, 0.5)
+    n_sweep: int = 3
     n_phase: int = 1
-    n_timing: int = 4
-    timing_repeats: int = 3
+    n_timing: int = 2
+    timing_repeats: int = 5
     item_offset: int = 1000
 
     PRESETS: ClassVar = {
-        "smoke": {"substrate": "smoke", "n_seeds": 2, "n_items": 6, "n_calib": 4, "n_sweep": 3,
-                  "sweep": (0.15, 0.5), "n_timing": 2, "timing_repeats": 2},
+        "smoke": {"task": "corpus", "model_name": None, "substrate": "smoke", "n_seeds": 2,
+                  "n_items": 6, "n_calib": 4, "n_sweep": 3, "sweep": (0.15, 0.5), "n_timing": 2,
+                  "timing_repeats": 2},
         "book": {},
-        "full": {"n_seeds": 10, "n_items": 64, "n_calib": 64, "n_sweep": 32, "n_phase": 4},
+        "full": {"n_seeds": 10, "n_items": 32, "n_calib": 32, "n_sweep": 16, "n_phase": 4,
+                 "max_new_tokens": 64},
     }
 
     def __post_init__(self) -> None:
+        if self.task not in ("chat", "corpus"):
+            raise ValueError(f"task must be 'chat' or 'corpus', got {self.task!r}")
+        if self.task == "chat" and not self.model_name:
+            raise ValueError("task 'chat' needs a chat model (model_name, e.g. 'smollm2-135m')")
         for name in ("n_seeds", "n_items", "n_calib", "n_sweep", "n_phase", "n_timing",
-                     "timing_repeats"):
+                     "timing_repeats", "max_new_tokens"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("budget", "cacheblend_ratio"):
@@ -127,6 +141,54 @@ def top_share(dev: np.ndarray, frac: float = 0.2) -> float:
     return float(flat[:k].sum() / max(flat.sum(), 1e-30))
 
 
+def deviation_stats(dev: np.ndarray, tau: float = 1.5) -> dict[str, float]:
+    """The shape of one pipeline's deviation map ``(L, |S|)`` (Eq. relaycaching-eq-dev), layer 0 left out
+    of the sparsity numbers (its entries are exact by construction).
+
+    Returns ``top20_share`` (:func:`top_share` over layers ``1..L-1``), ``over_tau`` (the mean over
+    layers ``1..L-1`` of the share of tokens above ``tau`` x their layer's mean: the paper's
+    deviation set with ``tau_diff = 1.5``), ``third_share`` (the share of the summed layer means
+    carried by the best run of ``ceil(L / 3)`` consecutive layers, :func:`best_window_share`),
+    ``u_ratio`` (:func:`u_ratio`) and ``layer_mean`` (``(L,)``).
+    """
+    dev = np.asarray(dev, dtype=float)
+    if dev.ndim != 2 or dev.shape[0] < 2 or dev.shape[1] < 1:
+        raise ValueError(f"a deviation map needs shape (layers >= 2, tokens >= 1), got {dev.shape}")
+    upper = dev[1:]
+    mean = upper.mean(1, keepdims=True)
+    over = (upper > tau * mean).mean(1)
+    lm = dev.mean(1)
+    return {"top20_share": top_share(upper), "over_tau": float(over.mean()),
+            "third_share": best_window_share(lm, -(-len(lm) // 3)), "u_ratio": u_ratio(lm),
+            "layer_mean": lm}
+
+
+def best_window_share(profile: np.ndarray, width: int) -> float:
+    """Largest share of ``profile.sum()`` held by ``width`` consecutive layers (``profile`` >= 0)."""
+    p = np.asarray(profile, dtype=float)
+    if not 1 <= width <= p.size:
+        raise ValueError(f"width must be in 1..{p.size}, got {width}")
+    if (p < 0).any():
+        raise ValueError("a deviation profile is non-negative")
+    tot = p.sum()
+    if tot <= 0:
+        return float("nan")
+    c = np.concatenate([[0.0], np.cumsum(p)])
+    return float((c[width:] - c[:-width]).max() / tot)
+
+
+def u_ratio(profile: np.ndarray) -> float:
+    """``min(mean of the first third, mean of the last third) / mean of the middle third`` of the layers,
+    the first third without layer 0 (exact by construction); > 1 is a U, NaN under 6 layers."""
+    p = np.asarray(profile, dtype=float)
+    n = p.size
+    if n < 6:
+        return float("nan")
+    a, b = n // 3, 2 * n // 3
+    mid = p[a:b].mean()
+    return float(min(p[1:a].mean(), p[b:].mean()) / mid) if mid > 0 else float("nan")
+
+
 def kl_rows(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
     """``KL(softmax(p) || softmax(q))`` per row, nats; ``(T, V)`` x2 -> ``(T,)``."""
     lp, lq = p_logits.log_softmax(-1), q_logits.log_softmax(-1)
@@ -135,12 +197,26 @@ def kl_rows(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
 
 def _score(name: str, ref: torch.Tensor, logits: torch.Tensor, item: RelayItem, tok, reuse: float,
            flops: float, flops_full: float) -> dict:
+    """One arm on one pipeline: KL and top-1 agreement with full prefill on ``Q``, B's answer.
+
+    With ``item.candidates`` (chat pipelines) B's answer is the candidate with the largest
+    logit (a teacher-forced choice), ``agree_answer`` compares that choice with full prefill's
+    and ``answer_nll`` is the correct answer's negative log-likelihood; otherwise (corpus
+    relays) the answer is the greedy next token.
+    """
     kl = kl_rows(ref, logits)
-    pred = tok.decode([int(logits[-1].argmax())]).strip()
+    if item.candidates:
+        c = torch.tensor(item.candidates)
+        pick, pick_ref = int(logits[-1, c].argmax()), int(ref[-1, c].argmax())
+        correct, agree = float(pick == item.answer_index), float(pick == pick_ref)
+        nll = float(-logits[-1].log_softmax(-1)[c[item.answer_index]])
+    else:
+        pred = tok.decode([int(logits[-1].argmax())]).strip()
+        correct, agree, nll = float(pred == item.answer), float(ref[-1].argmax() == logits[-1].argmax()), np.nan
     return {"arm": name, "reuse": reuse, "kl_q": float(kl.mean()), "kl_answer": float(kl[-1]),
             "agree_q": float((ref.argmax(-1) == logits.argmax(-1)).float().mean()),
-            "agree_answer": float(ref[-1].argmax() == logits[-1].argmax()),
-            "correct": float(pred == item.answer), "flops_ratio": flops_full / flops}
+            "agree_answer": agree, "correct": correct, "answer_nll": nll,
+            "flops_ratio": flops_full / flops}
 
 
 @dataclass
@@ -274,6 +350,12 @@ def time_prefill(model: PreTrainedModel, prep: Prepared, cfg: Config, top_layer:
         probe = not np.isnan(share)
         rows.append({"share": share, "reuse": reuse_rate(sc, s), "seconds": float(np.median(ts)),
                      "flops": prefill_flops(model, item, sc, probe=probe)})
+    ts = []
+    for _ in range(cfg.timing_repeats):  # the library's own forward, for scale
+        t0 = time.perf_counter()
+        model(input_ids=item.b_ids)
+        ts.append(time.perf_counter() - t0)
+    rows[0]["library_seconds"] = float(np.median(ts))
     return rows
 
 
@@ -282,16 +364,18 @@ class Results:
     """Everything the chapter shows.
 
     Attributes:
-        rows: one row per (seed, relay, arm).
+        rows: one row per (seed, pipeline, arm).
         seeds_table: per (seed, arm) means.
-        profile_k, profile_v: calibration deviation ``(L, max |S|)`` (NaN past a relay's end).
-        window: RelayCaching's layer window ``(first, last)``.
-        dev_seed: per seed, the mean top-20 % share and mean layer profile of the keys.
+        profile_k, profile_v: calibration deviation ``(L, max |S|)`` (NaN past a note's end).
+        window: RelayCaching's layer window ``(first, last)`` (from the value profile).
+        dev: per (seed, pipeline) the deviation shape (:func:`deviation_stats`, value
+            deviation) plus ``prefix_dev`` (mean key and value deviation, layers >= 1) and
+            ``layer k`` columns (the value profile).
         sweep: the reuse-rate sweep rows.
         phase: per (seed, dtype) decode-vs-prefill deviation.
-        timing: per (seed, relay) seconds full vs RelayCaching.
-        sweep_time: per (relay, share) seconds and FLOPs of RelayCaching (``share`` NaN: full).
-        prefix_dev: per seed, the mean prefix-induced key deviation (layers >= 1).
+        timing: per (seed, pipeline) seconds full vs RelayCaching (and the library forward).
+        sweep_time: per (pipeline, share) seconds and FLOPs of RelayCaching (``share`` NaN: full).
+        items: the first seed's pipelines (for the page's example).
     """
 
     rows: pd.DataFrame
@@ -299,18 +383,20 @@ class Results:
     profile_k: np.ndarray
     profile_v: np.ndarray
     window: tuple[int, int]
-    dev_seed: pd.DataFrame
+    dev: pd.DataFrame
     sweep: pd.DataFrame
     phase: pd.DataFrame
     timing: pd.DataFrame
     sweep_time: pd.DataFrame
     n_layers: int
+    items: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
 
 
 def calibrate(model: PreTrainedModel, items: list[RelayItem], frac: float
               ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
-    """The offline profile on calibration relays: mean key/value deviation per (layer, position) and the window."""
+    """The offline profile on calibration pipelines: mean key/value deviation per (layer, position) and
+    the window (from the values, the paper's Eq. 1)."""
     maps = [deviation_map(model, it) for it in items]
     width = max(m[0].shape[1] for m in maps)
     pk = np.full((len(maps), maps[0][0].shape[0], width), np.nan)
@@ -318,66 +404,146 @@ def calibrate(model: PreTrainedModel, items: list[RelayItem], frac: float
     for i, (dk, dv) in enumerate(maps):
         pk[i, :, :dk.shape[1]], pv[i, :, :dv.shape[1]] = dk, dv
     prof_k, prof_v = np.nanmean(pk, 0), np.nanmean(pv, 0)
-    return prof_k, prof_v, layer_window(prof_k, frac)
+    return prof_k, prof_v, layer_window(prof_v, frac)
+
+
+def load(cfg: Config):
+    """The model, tokenizer and (``task "corpus"``) corpus config the run uses."""
+    if cfg.task == "chat":
+        model, tok = load_model(cfg.model_name)
+        return model, tok, None
+    sub = load_substrate(cfg.substrate, model_name=cfg.model_name)
+    return sub.model, sub.tokenizer, sub.corpus.config
+
+
+def draw(cfg: Config, model: PreTrainedModel, tok: PreTrainedTokenizerBase, corpus_cfg, n: int,
+         seed: int) -> list[RelayItem]:
+    """``n`` pipelines (chat: A generates its notes) or corpus relays drawn with ``seed``."""
+    if cfg.task == "chat":
+        return make_pipelines(model, tok, n, seed, cfg.max_new_tokens)
+    if corpus_cfg is None:
+        raise ValueError("task 'corpus' needs the substrate's corpus config")
+    return make_items(tok, corpus_cfg, n, seed, model.config.max_position_embeddings)
+
+
+@dataclass
+class State:
+    """A run in progress (the notebook runs its stages in separate cells): the calibration and
+    the rows gathered so far."""
+
+    cfg: Config
+    model: PreTrainedModel
+    tok: PreTrainedTokenizerBase
+    corpus_cfg: object
+    prof_k: np.ndarray
+    prof_v: np.ndarray
+    window: tuple[int, int]
+    rows: list = field(default_factory=list)
+    devs: list = field(default_factory=list)
+    phase: list = field(default_factory=list)
+    timing: list = field(default_factory=list)
+    items: dict = field(default_factory=dict)
+    sweep_rows: list = field(default_factory=list)
+    sweep_time: list = field(default_factory=list)
+    seconds: dict = field(default_factory=dict)
+
+
+def start(cfg: Config, model: PreTrainedModel | None = None, tok: PreTrainedTokenizerBase | None = None,
+          corpus_cfg=None) -> State:
+    """Stage 1: load (unless given) and calibrate: the offline profile and the layer window."""
+    t0 = time.perf_counter()
+    if model is None:
+        model, tok, corpus_cfg = load(cfg)
+    set_seed(0)
+    calib = draw(cfg, model, tok, corpus_cfg, cfg.n_calib, cfg.calib_seed)
+    prof_k, prof_v, window = calibrate(model, calib, cfg.window_frac)
+    return State(cfg, model, tok, corpus_cfg, prof_k, prof_v, window,
+                 seconds={"calibration": time.perf_counter() - t0})
+
+
+def run_seeds(st: State, seeds) -> None:
+    """Stage 2: for each seed, draw its pipelines and run every arm and the deviation map on each."""
+    t0 = time.perf_counter()
+    cfg, model, tok = st.cfg, st.model, st.tok
+    for seed in progress(list(seeds), desc="seeds"):
+        seed = int(seed)
+        items = draw(cfg, model, tok, st.corpus_cfg, cfg.n_items, cfg.item_offset + seed)
+        st.items[seed] = items
+        for i, it in enumerate(items):
+            prep = prepare(model, it)
+            for r in run_arms(model, tok, prep, cfg, st.window[1]):
+                st.rows.append({"seed": seed, "item": i, "s_len": len(it.s), "n_b": it.n_b, **r})
+            dk, dv = deviation_map(model, it, prep.a_cache, prep.full_cache)
+            stats = deviation_stats(dv)
+            lm = stats.pop("layer_mean")
+            st.devs.append({"seed": seed, "item": i, **stats,
+                            "prefix_dev": float(np.concatenate([dk[1:], dv[1:]]).mean()),
+                            **{f"layer {li}": float(v) for li, v in enumerate(lm)}})
+    st.seconds["arms"] = st.seconds.get("arms", 0.0) + time.perf_counter() - t0
+
+
+def run_checks(st: State) -> None:
+    """Stage 3: per seed, the decode-vs-prefill check (fp32, bf16) and the timing of full vs RelayCaching."""
+    t0 = time.perf_counter()
+    cfg, model = st.cfg, st.model
+    for seed, items in sorted(st.items.items()):
+        for it in items[:cfg.n_phase]:
+            for name, dt in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+                st.phase.append({"seed": seed, "dtype": name, **phase_gap(model, it, dt)})
+        for i, it in enumerate(items[:cfg.n_timing]):
+            t = time_prefill(model, prepare(model, it), cfg, st.window[1], (cfg.budget,))
+            st.timing.append({"seed": seed, "item": i, "full": t[0]["seconds"], "relay": t[1]["seconds"],
+                              "library": t[0]["library_seconds"]})
+    st.seconds["checks"] = time.perf_counter() - t0
+
+
+def run_sweep(st: State) -> None:
+    """Stage 4: the recompute-share sweep (and its timing) on the first seed's first pipelines."""
+    t0 = time.perf_counter()
+    cfg, model, tok = st.cfg, st.model, st.tok
+    first = st.items[min(st.items)]
+    for i, it in enumerate(first[:cfg.n_sweep]):
+        prep = prepare(model, it)
+        if i < cfg.n_timing:
+            for r in time_prefill(model, prep, cfg, st.window[1], cfg.sweep):
+                st.sweep_time.append({"item": i, **r})
+        for b in cfg.sweep:
+            for r in run_arms(model, tok, prep, cfg, st.window[1],
+                              {"EPIC": b, "CacheBlend": b, "RelayCaching": b, "random tokens": b}):
+                st.sweep_rows.append({"share": b, "item": i, **r})
+    st.seconds["sweep"] = time.perf_counter() - t0
+
+
+def finish(st: State) -> Results:
+    """The run's :class:`Results` from the stages gathered in ``st``."""
+    if not st.rows:
+        raise ValueError("no seed has run: call run_seeds first")
+    df = pd.DataFrame(st.rows)
+    table = df.groupby(["seed", "arm"], sort=False).mean(numeric_only=True).reset_index()
+    return Results(df, table, st.prof_k, st.prof_v, st.window, pd.DataFrame(st.devs),
+                   pd.DataFrame(st.sweep_rows), pd.DataFrame(st.phase), pd.DataFrame(st.timing),
+                   pd.DataFrame(st.sweep_time), st.model.config.num_hidden_layers,
+                   st.items[min(st.items)], dict(st.seconds))
 
 
 def run_experiment(cfg: Config, model: PreTrainedModel | None = None,
                    tok: PreTrainedTokenizerBase | None = None, corpus_cfg=None) -> Results:
-    """The whole protocol: calibration, arms per seed of ``cfg.seeds``, sweep, phase check,
-    timing."""
-    t_start = time.perf_counter()
-    if model is None:
-        sub = load_substrate(cfg.substrate, model_name=cfg.model_name)
-        model, tok, corpus_cfg = sub.model, sub.tokenizer, sub.corpus.config
-    seeds = cfg.seeds
-    set_seed(0)
-    max_len = model.config.max_position_embeddings
-    calib = make_items(tok, corpus_cfg, cfg.n_calib, cfg.calib_seed, max_len)
-    prof_k, prof_v, window = calibrate(model, calib, cfg.window_frac)
-    t_cal = time.perf_counter()
-    rows, devs, phase, timing = [], [], [], []
-    n_layers = model.config.num_hidden_layers
-    for seed in progress(seeds, desc="seeds"):
-        items = make_items(tok, corpus_cfg, cfg.n_items, cfg.item_offset + seed, max_len)
-        shares, layer_means, prefix_dev = [], [], []
-        for i, it in enumerate(items):
-            prep = prepare(model, it)
-            for r in run_arms(model, tok, prep, cfg, window[1]):
-                rows.append({"seed": seed, "item": i, "s_len": len(it.s), "n_b": it.n_b, **r})
-            dk, _ = deviation_map(model, it, prep.a_cache, prep.full_cache)
-            shares.append(top_share(dk))
-            layer_means.append(dk.mean(1))
-            prefix_dev.append(dk[1:].mean())
-        devs.append({"seed": seed, "top20_share": float(np.mean(shares)),
-                     "prefix_dev": float(np.mean(prefix_dev)),
-                     **{f"layer {li}": float(v) for li, v in enumerate(np.mean(layer_means, 0))}})
-        for it in items[:cfg.n_phase]:
-            for name, dt in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
-                phase.append({"seed": seed, "dtype": name, **phase_gap(model, it, dt)})
-        for i, it in enumerate(items[:cfg.n_timing]):
-            t = time_prefill(model, prepare(model, it), cfg, window[1], (cfg.budget,))
-            timing.append({"seed": seed, "item": i, "full": t[0]["seconds"], "relay": t[1]["seconds"]})
-    t_main = time.perf_counter()
-    sweep_rows, sweep_time = [], []
-    items = make_items(tok, corpus_cfg, cfg.n_sweep, cfg.item_offset + seeds[0], max_len)
-    for i, it in enumerate(items):
-        prep = prepare(model, it)
-        if i < cfg.n_timing:
-            for r in time_prefill(model, prep, cfg, window[1], cfg.sweep):
-                sweep_time.append({"item": i, **r})
-        for b in cfg.sweep:
-            for r in run_arms(model, tok, prep, cfg, window[1],
-                              {"EPIC": b, "CacheBlend": b, "RelayCaching": b, "random tokens": b}):
-                sweep_rows.append({"share": b, "item": i, **r})
-    df = pd.DataFrame(rows)
-    table = df.groupby(["seed", "arm"], sort=False).mean(numeric_only=True).reset_index()
-    return Results(df, table, prof_k, prof_v, window, pd.DataFrame(devs), pd.DataFrame(sweep_rows),
-                   pd.DataFrame(phase), pd.DataFrame(timing), pd.DataFrame(sweep_time), n_layers,
-                   {"calibration": t_cal - t_start, "arms": t_main - t_cal,
-                    "sweep": time.perf_counter() - t_main})
+    """The whole protocol in one call: :func:`start`, :func:`run_seeds` over ``cfg.seeds``,
+    :func:`run_checks`, :func:`run_sweep`, :func:`finish`."""
+    st = start(cfg, model, tok, corpus_cfg)
+    run_seeds(st, cfg.seeds)
+    run_checks(st)
+    run_sweep(st)
+    return finish(st)
 
 
 def per_seed(res: Results, arm: str, col: str) -> np.ndarray:
     """Per-seed mean of ``col`` for ``arm`` (aligned by seed)."""
     t = res.seeds_table
     return t[t.arm == arm].sort_values("seed")[col].to_numpy(dtype=float)
+
+
+def per_unit(res: Results, arm: str, col: str) -> np.ndarray:
+    """Per-pipeline ``col`` for ``arm``, ordered by (seed, pipeline): the verdicts' units."""
+    r = res.rows
+    return r[r.arm == arm].sort_values(["seed", "item"])[col].to_numpy(dtype=float)

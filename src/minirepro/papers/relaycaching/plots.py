@@ -69,3 +69,20 @@ def plot_time(sweep_time: pd.DataFrame) -> Figure:
     ax.set_title(f"B's prefill cost (full prefill: {1e3 * t_full.mean():.0f} ms on one thread)",
                  fontsize=10)
     return fig
+
+
+def plot_profile(layer_means: np.ndarray, window: tuple[int, int]) -> Figure:
+    """Per-layer mean value deviation ``(units, L)``: the mean over units, a one-sd band, the window shaded."""
+    lm = np.asarray(layer_means, dtype=float)
+    if lm.ndim != 2:
+        raise ValueError(f"layer_means must be (units, layers), got shape {lm.shape}")
+    mu, sd = lm.mean(0), lm.std(0)
+    x = np.arange(lm.shape[1])
+    fig, ax = plt.subplots(figsize=(7, 3.2), constrained_layout=True)
+    ax.axvspan(window[0] - 0.5, window[1] + 0.5, color=color("RelayCaching"), alpha=0.12, lw=0)
+    ax.fill_between(x, mu - sd, mu + sd, color="0.5", alpha=0.25, lw=0)
+    ax.plot(x, mu, "o-", ms=3, color="0.2")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("mean 1 - cos (values)")
+    ax.set_title("Deviation of A's reused values from B's full prefill, per layer", fontsize=10)
+    return fig

@@ -27,7 +27,11 @@ class RelayItem:
 
     Attributes:
         pa, s, pb, q: token ids of A's prefix, the trace, B's prefix and B's question part.
-        answer: the correct answer (one digit); ``kind`` is ``step``, ``final`` or ``plus``.
+        answer: the correct answer (one digit); ``kind`` is ``step``, ``final`` or ``plus``
+            (corpus relays) or ``price`` (chat pipelines, :mod:`.pipeline`).
+        candidates: the answer choices' token ids (chat pipelines; empty for corpus relays,
+            whose answer is read off the greedy next token).
+        answer_index: the correct choice's index in ``candidates``.
     """
 
     pa: tuple[int, ...]
@@ -36,6 +40,8 @@ class RelayItem:
     q: tuple[int, ...]
     answer: str
     kind: str
+    candidates: tuple[int, ...] = ()
+    answer_index: int = -1
 
     @property
     def a_ids(self) -> torch.Tensor:
