@@ -28,7 +28,7 @@ from minirepro.papers.sparseinfer.baselines import (
                                                     random_sets,
                                                     static_hot_sets,
 )
-from minirepro.papers.sparseinfer.experiment import Config, run_experiment, topics_table
+from minirepro.papers.sparseinfer.experiment import Config, run_experiment, run_main, run_sweep, time_speed, topics_table
 from minirepro.papers.sparseinfer.neurons import (
                                                     capture_hidden,
                                                     core_neurons,
@@ -68,8 +68,8 @@ __all__ = [
     "METHODS", "TOPICS", "Config", "SimilarityIndex", "Unit", "budget", "byte_bound", "calibration_texts",
     "capture_hidden", "core_neurons", "decode_macs", "dense_generate", "draw_units", "encode_units",
     "evaluate", "ffn_blocks", "fit_similarity_index", "flop_bound", "jaccard", "masked_ffn",
-    "masked_vs_sliced", "oracle_selector", "random_sets", "run_experiment", "sentence_core_neurons",
+    "masked_vs_sliced", "oracle_selector", "random_sets", "run_experiment", "run_main", "run_sweep", "sentence_core_neurons",
     "similarity", "sliced_ffn", "sliced_reference", "sparse_layer_ids", "sparseinfer_generate",
-    "stability", "static_hot_sets", "time_decoding", "time_ffn_block", "token_core_neurons",
+    "stability", "static_hot_sets", "time_decoding", "time_speed", "time_ffn_block", "token_core_neurons",
     "token_overlap_control", "topics_table",
 ]

@@ -60,7 +60,7 @@ class Config(ScaledConfig):
     token_sparsity: float = 0.2
     sparsity: float = 0.4
     layers: str = "middle"
-    n_units: int = 128
+    n_units: int = 64
     n_prompt: int = 3
     n_cont: int = 2
     n_calib: int = 48
@@ -77,7 +77,7 @@ class Config(ScaledConfig):
         "smoke": {"model_name": "lm-smoke", "n_units": 12, "n_calib": 8, "n_clusters": 4, "n_sweep": 4,
                   "sweep": (0.2,), "decode_tokens": 4, "n_timing_prompts": 2, "chunk": 12},
         "book": {},
-        "full": {"n_units": 512, "n_calib": 160, "n_sweep": 128, "n_timing_prompts": 8, "timing_repeats": 9},
+        "full": {"n_units": 256, "n_calib": 160, "n_sweep": 128, "n_timing_prompts": 8, "timing_repeats": 9},
     }
 
     def __post_init__(self) -> None:
@@ -114,9 +114,9 @@ def calibrate(model, tok, cfg: Config, seed: int, layers: list[int]):
     return acts, static, index
 
 
-def run_experiment(cfg: Config, model, tok) -> dict[str, Any]:
-    """Everything for one run (seed ``cfg.seed``): the methods' scores per unit, stability,
-    similarity and its token control, the sparsity sweep, the pipeline checks and the timings."""
+def run_main(cfg: Config, model, tok) -> dict[str, Any]:
+    """The main comparison (seed ``cfg.seed``): the methods' scores per unit, stability, similarity
+    and its token control, and the masked-vs-sliced check."""
     seed = cfg.seed
     rng = set_seed(seed, threads=cfg.threads)
     n_layers = len(ffn_blocks(model))
@@ -132,23 +132,35 @@ def run_experiment(cfg: Config, model, tok) -> dict[str, Any]:
     special = set(tok.all_special_ids)
     tj = token_jaccard_matrix([[t for t in tok(u.prompt)["input_ids"] if t not in special] for u in units])
     control = token_overlap_control(J, tj, topics)
-    sweep = []
-    for g in progress(cfg.sweep, desc="sparsity sweep"):
-        st = static_hot_sets(calib, layers, g)
-        e = evaluate(model, tok, units[:cfg.n_sweep], layers, cfg.token_sparsity, g, rng, st, None,
-                     ("dense", "SparseInfer", "random", "static hot", "per-token oracle"), cfg.chunk)
-        sweep += [{"kept": g, "method": m, "nll": float(np.mean(v)), "agree": float(np.mean(e["agree"][m]))}
-                  for m, v in e["nll"].items() if m != "dense"]
-    sweep += [{"kept": cfg.sparsity, "method": m, "nll": float(np.mean(ev["nll"][m][:cfg.n_sweep])),
-               "agree": float(np.mean(ev["agree"][m][:cfg.n_sweep]))}
-              for m in ("SparseInfer", "random", "static hot", "per-token oracle")]
-    check_units = units[:2]
-    masked_gap = masked_vs_sliced(model, tok, check_units, layers, cfg.token_sparsity, cfg.sparsity)
-    timing = time_speed(model, tok, cfg, units, layers)
-    return {"units": units, "layers": layers, "n_layers": n_layers, "d_ff": d_ff, "eval": ev,
+    masked_gap = masked_vs_sliced(model, tok, units[:2], layers, cfg.token_sparsity, cfg.sparsity)
+    return {"units": units, "layers": layers, "n_layers": n_layers, "d_ff": d_ff, "eval": ev, "calib": calib,
             "stability": stab, "similarity": sim, "topic_matrix": (M, names), "control": control,
-            "sweep": pd.DataFrame(sweep).sort_values(["method", "kept"]), "masked_vs_sliced": masked_gap,
-            **timing}
+            "masked_vs_sliced": masked_gap}
+
+
+def run_sweep(cfg: Config, model, tok, main: dict[str, Any]) -> pd.DataFrame:
+    """The sparsity sweep: the fixed-set methods and the oracle at every kept fraction of ``cfg.sweep``
+    on the first ``n_sweep`` units (static sets re-fitted per fraction), and the main run's rows at ``sparsity``."""
+    rng = set_seed(cfg.seed + 1, threads=cfg.threads)
+    units, layers, ev = main["units"][:cfg.n_sweep], main["layers"], main["eval"]
+    rows = []
+    for g in progress(cfg.sweep, desc="sparsity sweep"):
+        st = static_hot_sets(main["calib"], layers, g)
+        e = evaluate(model, tok, units, layers, cfg.token_sparsity, g, rng, st, None,
+                     ("dense", "SparseInfer", "random", "static hot", "per-token oracle"), cfg.chunk)
+        rows += [{"kept": g, "method": m, "nll": float(np.mean(v)), "agree": float(np.mean(e["agree"][m]))}
+                 for m, v in e["nll"].items() if m != "dense"]
+    rows += [{"kept": cfg.sparsity, "method": m, "nll": float(np.mean(ev["nll"][m][:cfg.n_sweep])),
+              "agree": float(np.mean(ev["agree"][m][:cfg.n_sweep]))}
+             for m in ("SparseInfer", "random", "static hot", "per-token oracle")]
+    return pd.DataFrame(rows).sort_values(["method", "kept"])
+
+
+def run_experiment(cfg: Config, model, tok) -> dict[str, Any]:
+    """Everything for one run: :func:`run_main`, :func:`run_sweep` and :func:`time_speed`."""
+    res = run_main(cfg, model, tok)
+    res["sweep"] = run_sweep(cfg, model, tok, res)
+    return {**res, **time_speed(model, tok, cfg, res["units"], res["layers"])}
 
 
 def time_speed(model, tok, cfg: Config, units, layers) -> dict[str, Any]:
@@ -182,4 +194,5 @@ def topics_table(res: dict[str, Any]) -> pd.DataFrame:
     return df.groupby("topic", sort=False).mean()
 
 
-__all__ = ["Config", "TOPICS", "calibrate", "run_experiment", "time_speed", "topics_table"]
+__all__ = ["Config", "TOPICS", "calibrate", "run_experiment", "run_main", "run_sweep", "time_speed",
+           "topics_table"]
