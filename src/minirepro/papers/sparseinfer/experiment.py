@@ -53,7 +53,8 @@ class Config(ScaledConfig):
         n_timing_prompts: prompts timed (each a median of ``timing_repeats``).
         timing_repeats: timing samples per arm and prompt (at least 5).
         chunk: units per batched forward.
-        threads: torch threads for the batched passes; the timings run on one.
+        threads: torch threads for the batched passes (one: two are several times slower on a loaded
+            2-core machine); the timings run on one.
     """
 
     model_name: str = "smollm2-135m"
@@ -71,7 +72,7 @@ class Config(ScaledConfig):
     n_timing_prompts: int = 3
     timing_repeats: int = 5
     chunk: int = 32
-    threads: int = 2
+    threads: int = 1
 
     PRESETS: ClassVar = {
         "smoke": {"model_name": "lm-smoke", "n_units": 12, "n_calib": 8, "n_clusters": 4, "n_sweep": 4,
