@@ -1,9 +1,8 @@
-"""SparseInfer on the v2 substrate: selection against brute force, slicing against masking,
-dense prefill + sparse decoding against dense and no-cache references, the baselines."""
+"""SparseInfer: selection against brute force, slicing against masking, the batched padded
+protocol against one unit at a time and a no-cache forward, the baselines, the statistics."""
 
 from __future__ import annotations
 
-import copy
 import warnings
 from collections import Counter
 
@@ -13,96 +12,91 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minirepro.core.lm import ModelConfig, build_lm, ffn_activations, load_substrate
-from minirepro.core.lm.corpus import CorpusConfig, build_corpus, solve
+from minirepro.core.lm import ModelConfig, build_lm, ffn_activations, load_model
 from minirepro.papers.sparseinfer import (
     Config,
     budget,
+    byte_bound,
+    capture_hidden,
     core_neurons,
-    decode_item,
     decode_macs,
     dense_generate,
+    draw_units,
+    encode_units,
+    evaluate,
     ffn_blocks,
     fit_similarity_index,
     flop_bound,
     jaccard,
-    make_items,
     masked_ffn,
+    masked_vs_sliced,
+    oracle_selector,
     random_sets,
-    score_item,
     sentence_core_neurons,
+    similarity,
     sliced_ffn,
     sparse_layer_ids,
     sparseinfer_generate,
     stability,
     static_hot_sets,
     token_core_neurons,
-    trace_example,
-    train_dejavu,
+    token_overlap_control,
 )
-from minirepro.papers.sparseinfer.baselines import predictor_recall
-from minirepro.papers.sparseinfer.neurons import capture_preactivations, set_mask
-from minirepro.papers.sparseinfer.protocol import full_set_mismatches, prefill_with_preacts
+from minirepro.papers.sparseinfer.neurons import set_mask
+from minirepro.papers.sparseinfer.protocol import continuation_pass, jaccard_matrix, prompt_pass
+from minirepro.papers.sparseinfer.texts import TOPIC_SENTENCES
 
 warnings.filterwarnings("ignore", category=FutureWarning)
-SUB = load_substrate("smoke-opt")
-TOK = SUB.tokenizer
-CORPUS = build_corpus(CorpusConfig(n_train=10, n_val=10, n_test=40))
+_, TOK = load_model("lm-smoke")
 
 
-def tiny(arch: str = "opt", seed: int = 3):
+def tiny(arch: str = "llama", seed: int = 3):
     cfg = ModelConfig(arch=arch, d_model=32, n_layers=3, n_heads=2, n_kv_heads=2 if arch == "opt" else 1,
-                        d_ff=64, max_len=256)
+                      d_ff=64, max_len=256)
     return build_lm(cfg, TOK, seed=seed)
 
 
 def prompt_ids(i: int = 3) -> torch.Tensor:
-    return torch.tensor([TOK(CORPUS.test[i].prompt)["input_ids"]])
-
-
-def qa_items(n: int = 6):
-    return make_items(TOK, CORPUS.test[:n], "qa")
-
-
-def trace_items(n: int = 3):
-    rel = [e for e in CORPUS.test if e.family == "relay"][:n]
-    return make_items(TOK, [trace_example(e) for e in rel], "trace")
+    return torch.tensor([TOK(draw_units(8, i)[i % 8].prompt)["input_ids"]])
 
 
 @settings(max_examples=40, deadline=None)
 @given(T=st.integers(1, 12), d=st.integers(4, 40), alpha=st.floats(0.05, 1.0), gamma=st.floats(0.05, 1.0),
-       seed=st.integers(0, 999))
-def test_core_neurons_match_brute_force(T, d, alpha, gamma, seed):
-    a = torch.randn(T, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    sets = token_core_neurons(a, alpha)
-    n_pos = (a > 0).sum(1).double().mean().item()
-    k_tok = max(1, min(d, int(alpha * n_pos)))
+       relu=st.booleans(), seed=st.integers(0, 999))
+def test_core_neurons_match_brute_force(T, d, alpha, gamma, relu, seed):
+    h = torch.randn(T, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    if relu:
+        h = h.clamp(min=0)
+    sets = token_core_neurons(h, alpha)
+    n_act = (h != 0).sum(1).double().mean().item()
+    k_tok = max(1, min(d, int(alpha * n_act)))
     assert sets.shape == (T, k_tok)
-    for t in range(T):  # each row: the k_tok largest entries of that token
-        assert set(sets[t].tolist()) == set(np.argsort(-a[t].numpy(), kind="stable")[:k_tok].tolist())
-    core = sentence_core_neurons(sets, a, gamma)
+    for t in range(T):  # each row: the k_tok largest magnitudes of that token
+        assert set(sets[t].tolist()) == set(np.argsort(-np.abs(h[t].numpy()), kind="stable")[:k_tok].tolist())
+    core = sentence_core_neurons(sets, h, gamma)
     k = max(1, int(gamma * d))
     counts = Counter(sets.reshape(-1).tolist())
-    mass = a.clamp(min=0).sum(0)
+    mass = h.abs().sum(0)
     brute = sorted(range(d), key=lambda j: (-counts.get(j, 0), -mass[j].item(), j))[:k]
     assert core.tolist() == sorted(brute)
 
 
-def test_core_neurons_find_the_neurons_a_prompt_uses():
-    a = -torch.ones(10, 50)
-    a[:, [3, 7, 11]] = 5.0 + torch.rand(10, 3)
-    a[:5, 20] = 9.0
-    assert set(core_neurons(a, token_sparsity=1.0, sparsity=0.08).tolist()) == {3, 7, 11, 20}
+def test_core_neurons_rank_by_magnitude_and_find_the_neurons_a_prompt_uses():
+    h = 0.1 * torch.ones(10, 50)
+    h[:, [3, 7]] = 5.0 + torch.rand(10, 2)
+    h[:, 11] = -6.0  # a strongly negative SiLU-gated activation is a used neuron
+    h[:5, 20] = 9.0
+    assert set(core_neurons(h, token_sparsity=0.08, sparsity=0.08).tolist()) == {3, 7, 11, 20}
 
 
-def test_captured_preactivations_are_the_substrate_helpers():
-    model, ids = tiny(), prompt_ids()
-    store: dict = {}
-    with capture_preactivations(model, store), torch.no_grad():
-        model(input_ids=ids, use_cache=False)
-    ref = ffn_activations(model, ids)
-    for i, r in enumerate(ref):
-        assert torch.equal(torch.cat(store[i]), r.pre[0])
+def test_captured_hidden_is_the_substrate_helpers():
+    for arch in ("llama", "opt"):
+        model, ids = tiny(arch), prompt_ids()
+        store: dict = {}
+        with capture_hidden(model, store), torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+        for i, r in enumerate(ffn_activations(model, ids)):
+            assert torch.allclose(torch.cat(store[i]), r.hidden, atol=1e-6)
 
 
 @pytest.mark.parametrize("arch", ["opt", "llama"])
@@ -117,7 +111,7 @@ def test_slicing_equals_masking_and_restores_the_model(arch):
             sliced = model(input_ids=ids).logits
             assert ffn_blocks(model)[0].down.in_features == budget(64, 0.4)
         masks = {i: set_mask(s, 64) for i, s in sets.items()}
-        with masked_ffn(model, lambda i, x, a: masks[i].expand(a.shape[0], -1), [0, 2]):
+        with masked_ffn(model, lambda i, h: masks[i], [0, 2]):
             masked = model(input_ids=ids).logits
         dense = model(input_ids=ids).logits
     assert torch.allclose(sliced, masked, atol=1e-5)
@@ -137,93 +131,51 @@ def test_keeping_every_neuron_is_dense_decoding_token_for_token():
     model, ids = tiny(), prompt_ids(7)
     for layers in ([1], [0, 1, 2]):
         assert torch.equal(sparseinfer_generate(model, ids, 15, layers, 0.2, 1.0), dense_generate(model, ids, 15))
-    assert full_set_mismatches(model, qa_items(4) + trace_items(2), [0, 1, 2], TOK.eos_token_id) == 0
 
 
-def test_sparseinfer_generate_equals_a_no_cache_masked_reference():
-    """Dense prefill, core sets from it, then every decoded position masked: recomputed without a cache."""
-    model, ids = tiny(), prompt_ids(7)
-    layers, T, n = [1], ids.shape[1], 10
-    out = sparseinfer_generate(model, ids, n, layers, 0.2, 0.4)
-    acts = [a.pre[0] for a in ffn_activations(model, ids)]
-    mask = set_mask(core_neurons(acts[1], 0.2, 0.4), 64)
-
-    def select(_i, _x, a):  # prompt rows dense, decoded rows restricted to the core set
-        keep = torch.ones_like(a, dtype=torch.bool)
-        keep[T:] = mask
-        return keep
-
-    seq = ids
-    with masked_ffn(model, select, layers), torch.no_grad():
-        for _ in range(n):
-            nxt = model(input_ids=seq, use_cache=False).logits[0, -1].argmax()
-            seq = torch.cat([seq, nxt.view(1, 1)], dim=1)
-    assert torch.equal(out, seq)
-    with torch.no_grad():  # the masking matters: decoded positions' logits move, the prompt's do not
-        dense = model(input_ids=seq).logits[0]
-        with masked_ffn(model, select, layers):
-            sparse = model(input_ids=seq).logits[0]
-    assert torch.equal(dense[:T], sparse[:T]) and not torch.allclose(dense[T:], sparse[T:], atol=1e-4)
-
-
-def test_sparse_decoding_leaves_the_dense_prefill_cache_untouched():
+def test_batched_padded_continuations_equal_a_no_cache_forward_per_unit():
     model = tiny()
-    it = trace_items(1)[0]
-    pre = prefill_with_preacts(model, it.prompt)
-    snapshot = copy.deepcopy(pre[1])
-    rule = lambda acts: {1: core_neurons(acts[1], 0.2, 0.2)}  # noqa: E731
-    d = decode_item(model, it, "sets", rule, [1], 8, None, True, pre)
-    fresh = prefill_with_preacts(model, it.prompt)
-    for a, b, c in zip(pre[1].layers, snapshot.layers, fresh[1].layers):
-        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
-        assert torch.equal(a.keys, c.keys) and torch.equal(a.values, c.values)
-    assert torch.equal(d.logits[0], fresh[0].float())  # the first token is the dense prefill's
-    dn = decode_item(model, it, "dense", None, [1], 8, None, True, pre)
-    assert d.generated[0] == dn.generated[0]
-
-
-def test_teacher_forced_logits_equal_step_by_step_decoding():
-    model = tiny()
-    it = trace_items(1)[0]
-    sets = {1: core_neurons(ffn_activations(model, it.prompt[None])[1].pre[0], 0.2, 0.4)}
-    d = decode_item(model, it, "sets", lambda _a: sets, [1], 1, None, False)
-    first, cache, _ = prefill_with_preacts(model, it.prompt)
-    rows = [first]
-    with sliced_ffn(model, sets), torch.no_grad():
-        for tok in it.cont[:-1]:
-            rows.append(model(input_ids=tok.view(1, 1), cache=cache, use_cache=True).logits[0, -1])
-    assert torch.allclose(d.logits, torch.stack(rows).float(), atol=1e-4)
-
-
-def test_scores_of_dense_against_itself_and_a_full_forward():
-    model = tiny()
-    for it in qa_items(4) + trace_items(2):
-        d = decode_item(model, it, "dense", None, [1], len(it.cont), TOK.eos_token_id, it.task == "qa")
-        s = score_item(it, d, d, TOK)
-        assert s.agree == s.n_decoded == len(it.cont) - 1
+    units = draw_units(6, 11)
+    b = encode_units(TOK, units)
+    assert len(set(b.prompt_len.tolist())) > 1  # padding is exercised
+    cache, _ = prompt_pass(model, b)
+    logits, _ = continuation_pass(model, b, cache)
+    for r in range(len(b)):
+        tp, tc = int(b.prompt_len[r]), int(b.cont_len[r])
+        ids = torch.cat([b.prompt_ids[r, :tp], b.cont_ids[r, :tc]])[None]
         with torch.no_grad():
-            full = model(input_ids=torch.cat([it.prompt, it.cont])[None]).logits[0, :-1]
-        ref = torch.nn.functional.cross_entropy(full[len(it.prompt):], it.cont[1:], reduction="sum")
-        assert s.nll == pytest.approx(float(ref), rel=1e-4, abs=1e-5)
-        assert (s.correct is None) == (it.task == "trace")
+            ref = model(input_ids=ids, use_cache=False).logits[0, tp:]
+        assert torch.allclose(logits[r, :tc], ref, atol=1e-4)
 
 
-def test_trace_items_hold_the_worked_trace_and_qa_items_the_answer():
-    for it in trace_items(3):
-        text = TOK.decode(it.cont, skip_special_tokens=True).strip()
-        assert text.startswith("step 1 :") and text.endswith("done .")
-        assert TOK.decode(it.prompt, skip_special_tokens=True).strip().endswith(".")
-    for it, e in zip(qa_items(6), CORPUS.test[:6]):
-        assert int(it.cont[-1]) == TOK.eos_token_id
-        assert TOK.decode(it.cont, skip_special_tokens=True).strip() == e.answer == solve(e)
-    with pytest.raises(ValueError, match="relay"):
-        trace_example(CORPUS.test[0])
+def test_batched_masked_sets_equal_slicing_unit_by_unit():
+    assert masked_vs_sliced(tiny(), TOK, draw_units(4, 2), [0, 1, 2], 0.2, 0.4) < 1e-4
 
 
-def test_static_hot_sets_are_the_most_frequently_active():
+def test_evaluate_dense_agrees_with_itself_and_skipping_the_ffn_hurts():
+    model = tiny()
+    ev = evaluate(model, TOK, draw_units(8, 5), [1], 0.2, 0.4, np.random.default_rng(0),
+                  methods=("dense", "SparseInfer", "random", "per-token oracle", "FFN skipped"), chunk=4)
+    assert np.all(ev["agree"]["dense"] == 1.0)
+    assert ev["nll"]["dense"].shape == (8,) and np.isfinite(ev["nll_other_prompt"]).all()
+    assert not np.allclose(ev["nll"]["FFN skipped"], ev["nll"]["dense"])
+    with pytest.raises(ValueError, match="dense"):
+        evaluate(model, TOK, draw_units(2, 5), [1], 0.2, 0.4, np.random.default_rng(0), methods=("random",))
+    with pytest.raises(ValueError, match="static hot"):
+        evaluate(model, TOK, draw_units(2, 5), [1], 0.2, 0.4, np.random.default_rng(0),
+                 methods=("dense", "static hot"))
+
+
+def test_oracle_and_static_hot_sets_are_brute_force_top_k():
+    h = torch.randn(2, 5, 30, generator=torch.Generator().manual_seed(4))
+    keep = oracle_selector(0.2)(0, h)
+    for b in range(2):
+        for t in range(5):
+            assert set(torch.nonzero(keep[b, t]).flatten().tolist()) == \
+                set(np.argsort(-h[b, t].abs().numpy())[:6].tolist())
     a = torch.randn(200, 30, generator=torch.Generator().manual_seed(1))
     a[:, 4] += 3
-    a[:, 9] += 2
+    a[:, 9] -= 4
     assert static_hot_sets([[a[:100]], [a[100:]]], [0], 2 / 30)[0].tolist() == [4, 9]
 
 
@@ -231,22 +183,13 @@ def test_similarity_index_recovers_two_groups():
     g = torch.Generator().manual_seed(0)
     calib = []
     for j in range(20):
-        a = -torch.ones(6, 40) + 0.1 * torch.randn(6, 40, generator=g)
+        a = 0.1 * torch.randn(6, 40, generator=g)
         a[:, (0 if j % 2 else 20):(0 if j % 2 else 20) + 10] += 3
         calib.append([a, a])
-    idx = fit_similarity_index(calib, [0, 1], n_clusters=2, token_sparsity=1.0, sparsity=0.25)
+    idx = fit_similarity_index(calib, [0, 1], n_clusters=2, token_sparsity=0.25, sparsity=0.25)
     labels = [idx.assign(c[1]) for c in calib]
     assert len(set(labels[0::2])) == 1 and len(set(labels[1::2])) == 1 and labels[0] != labels[1]
     assert set(idx.sets_for(calib[1])[0].tolist()) == set(range(10))
-
-
-def test_dejavu_predictor_learns_a_low_rank_activation_pattern():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(600, 16, generator=g)
-    W = torch.randn(64, 4, generator=g) @ torch.randn(4, 16, generator=g)
-    a = x @ W.T
-    preds = train_dejavu({0: x[:400]}, {0: a[:400]}, rank=4, steps=200, lr=2e-2, max_tokens=300)
-    assert predictor_recall(preds, {0: x[400:]}, {0: a[400:]}, 0.25) > 0.6  # random: about 0.25
 
 
 @settings(max_examples=30, deadline=None)
@@ -256,38 +199,80 @@ def test_jaccard_is_the_set_formula(s1, s2):
     assert jaccard(torch.tensor(sorted(s1), dtype=torch.long), torch.tensor(sorted(s2), dtype=torch.long)) == ref
 
 
-def test_stability_random_baseline_and_the_exercise_answer_match_monte_carlo():
-    model = tiny()
-    items = trace_items(3)
-    acts = [[a.pre[0] for a in ffn_activations(model, torch.cat([it.prompt, it.cont])[None])] for it in items]
-    st_ = stability(acts, [len(it.prompt) for it in items], [1], 0.2, 0.4)
+def test_jaccard_matrix_is_pairwise_jaccard_averaged_over_layers():
     rng = np.random.default_rng(0)
+    a = [{i: torch.as_tensor(np.sort(rng.choice(20, 7, replace=False))) for i in (1, 2)} for _ in range(4)]
+    b = [{i: torch.as_tensor(np.sort(rng.choice(20, 7, replace=False))) for i in (1, 2)} for _ in range(3)]
+    J = jaccard_matrix(a, b, [1, 2], 20)
+    for r in range(4):
+        for q in range(3):
+            assert J[r, q] == pytest.approx(np.mean([jaccard(a[r][i], b[q][i]) for i in (1, 2)]))
+
+
+def test_units_pairs_are_disjoint_same_topic_and_stability_partners():
+    units = draw_units(20, 3)
+    assert draw_units(20, 3) == units and draw_units(20, 4) != units
+    for j, u in enumerate(units):
+        p = units[u.partner]
+        assert p.partner == j and p.topic == u.topic and not set(p.sentences) & set(u.sentences)
+        bank = TOPIC_SENTENCES[u.topic]
+        assert u.prompt.startswith(bank[u.sentences[0]]) and u.continuation.endswith(bank[u.sentences[-1]])
+    rng = np.random.default_rng(0)
+    core = [{0: torch.as_tensor(np.sort(rng.choice(64, 25, replace=False)))} for _ in units]
+    s = stability(core, core, units, [0], 64, 0.4)
+    assert np.all(s["self"] == 1.0)
     mc = np.mean([jaccard(*(torch.as_tensor(rng.choice(64, 25, replace=False)) for _ in range(2)))
                   for _ in range(3000)])
-    assert st_["random"] == pytest.approx(mc, abs=0.01)
-    g = budget(768, 0.4) / 768  # exercise 2 (autogradable): the book model's random Jaccard
-    mc768 = np.mean([jaccard(*(torch.as_tensor(rng.choice(768, 307, replace=False)) for _ in range(2)))
-                     for _ in range(400)])
-    assert g / (2 - g) == pytest.approx(mc768, abs=0.005)
+    assert s["random"] == pytest.approx(mc, abs=0.01) and s["other topic"].mean() == pytest.approx(mc, abs=0.05)
+    g = budget(1536, 0.4) / 1536  # exercise 2 (autogradable): SmolLM2's random Jaccard
+    mc1536 = np.mean([jaccard(*(torch.as_tensor(rng.choice(1536, 614, replace=False)) for _ in range(2)))
+                      for _ in range(300)])
+    assert g / (2 - g) == pytest.approx(mc1536, abs=0.005)
 
 
-def test_flop_bound_closed_form():
+def test_similarity_and_token_control_recover_a_planted_topic_effect():
+    rng = np.random.default_rng(1)
+    labels = ["a"] * 6 + ["b"] * 6 + ["c"] * 6
+    base = {t: rng.choice(100, 40, replace=False) for t in "abc"}
+    core = []
+    for lab in labels:  # 30 neurons from the topic's 40, 10 random
+        own = rng.choice(base[lab], 30, replace=False)
+        rest = rng.choice(np.setdiff1d(np.arange(100), own), 10, replace=False)
+        core.append({0: torch.as_tensor(np.sort(np.concatenate([own, rest])))})
+    sim, M, names, J = similarity(core, labels, [0], 100)
+    assert (sim["within"] - sim["across"]).mean() > 0.2 and names == ["a", "b", "c"]
+    assert np.all(np.diag(M) > M[0, 1])
+    n = len(labels)
+    tok = rng.uniform(0, 1, (n, n))
+    tok = (tok + tok.T) / 2
+    same = np.equal.outer(np.array(labels), np.array(labels)).astype(float)
+    y = 0.2 + 0.5 * tok + 0.1 * same
+    ctl = token_overlap_control(y, tok, labels)
+    assert ctl["same-topic effect"] == pytest.approx(0.1) and ctl["token slope"] == pytest.approx(0.5)
+    assert ctl["per unit"] == pytest.approx(np.full(n, 0.1))
+
+
+def test_flop_and_byte_bounds_closed_form():
     model = tiny()
     dense, sparse = decode_macs(model, 1.0, [1], context=10)
-    assert dense == sparse and flop_bound(model, 1.0, [1], 10) == 1.0
-    d, f, v, L = 32, 64, len(TOK), 3
-    assert dense == L * (4 * d * d + 2 * d * f + 2 * d * 10) + d * v
+    assert dense == sparse and flop_bound(model, 1.0, [1], 10) == 1.0 and byte_bound(model, 1.0, [1], 10) == 1.0
+    d, f, v, L, kv = 32, 64, len(TOK), 3, 16  # one KV head of 16
+    assert dense == L * (2 * d * d + 2 * d * kv + 3 * d * f + 2 * d * 10) + d * v
     _, sparse = decode_macs(model, 0.5, [0, 1, 2], context=10)
-    assert dense - sparse == 3 * d * f
+    assert dense - sparse == 3 * 3 * d * f / 2
+    w = L * (2 * d * d + 2 * d * kv + 3 * d * f) + d * v + L * 2 * kv * 10
+    assert byte_bound(model, 0.5, [0, 1, 2], 10) == pytest.approx(w / (w - 3 * 3 * d * f / 2))
 
 
 def test_config_layers_and_bad_inputs():
     assert sparse_layer_ids(4, "middle") == [1, 2] and sparse_layer_ids(2, "middle") == [0, 1]
-    assert Config.preset("smoke").substrate == "smoke-opt" and Config.preset("book").n_seeds >= 5
+    assert Config.preset("smoke").model_name == "lm-smoke" and Config.preset("book").model_name == "smollm2-135m"
     with pytest.raises(ValueError, match="layers"):
         sparse_layer_ids(4, "odd")
     with pytest.raises(ValueError, match=r"\(T, d_ff\)"):
         token_core_neurons(torch.zeros(5))
+    with pytest.raises(ValueError, match="NaN"):
+        token_core_neurons(torch.tensor([[1.0, float("nan")]]))
     with pytest.raises(ValueError, match="sparsity"):
         sentence_core_neurons(torch.zeros(2, 1, dtype=torch.long), torch.zeros(2, 4), 0.0)
     model = tiny()
@@ -298,9 +283,17 @@ def test_config_layers_and_bad_inputs():
         with sliced_ffn(model, {0: torch.tensor([0, 99])}):
             pass
     assert ffn_blocks(model)[0].down.in_features == 64  # restored after the failure
-    with pytest.raises(ValueError):
-        Config(sparsity=1.5)
-    with pytest.raises(ValueError, match="task"):
-        make_items(TOK, CORPUS.test[:1], "essay")
+    with pytest.raises(ValueError, match="layer 7"):
+        with masked_ffn(model, lambda i, h: h > 0, [7]):
+            pass
+    for bad in (dict(sparsity=1.5), dict(n_units=5), dict(timing_repeats=3), dict(n_sweep=1)):
+        with pytest.raises(ValueError):
+            Config(**bad)
+    with pytest.raises(ValueError, match="even"):
+        draw_units(3, 0)
+    with pytest.raises(ValueError, match="unknown topics"):
+        draw_units(2, 0, topics=("poetry",))
     with pytest.raises(ValueError, match="FFN"):
         ffn_blocks(torch.nn.Linear(3, 3))
+    with pytest.raises(ValueError, match="at least one unit"):
+        encode_units(TOK, [])

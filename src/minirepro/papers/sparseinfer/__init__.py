@@ -3,43 +3,34 @@
 Modules, one per concern:
 
 * :mod:`~minirepro.papers.sparseinfer.neurons`: the method itself. Token-wise top
-  neurons (:func:`token_core_neurons`), the sentence-level core set by frequency
-  (:func:`sentence_core_neurons`), the FFN sliced once (:func:`sliced_ffn`), the
-  per-token masking used by the per-token baselines (:func:`masked_ffn`).
+  neurons by activation magnitude (:func:`token_core_neurons`), the sentence-level core
+  set by frequency (:func:`sentence_core_neurons`), the FFN sliced once
+  (:func:`sliced_ffn`), the masking that applies a set per sequence or per token in a
+  batch (:func:`masked_ffn`).
 * :mod:`~minirepro.papers.sparseinfer.baselines`: the similarity-guided variant
   (KMeans over core sets) and the baselines at equal budget (random, static hot,
-  per-token oracle, DejaVu-like low-rank predictor).
-* :mod:`~minirepro.papers.sparseinfer.protocol`: the protocol on the substrate
-  substrate (dense prefill of the full prompt, sparse decoding; exact match,
-  NLL and agreement with the dense model), stability and similarity of core sets.
-* :mod:`~minirepro.papers.sparseinfer.speed`: SparseInfer generation, timings and
-  the FLOP bound.
-* :mod:`~minirepro.papers.sparseinfer.offload`: the memory-offload setting, FFN
-  weights memory-mapped from disk and read at every decoding step.
-* :mod:`~minirepro.papers.sparseinfer.experiment`: the chapter's :class:`Config`, one
-  seed of the comparison (:func:`run_seed`, :func:`run_experiment`) and the sparsity sweep.
+  per-token oracle).
+* :mod:`~minirepro.papers.sparseinfer.texts`: the test texts, eight topics, prompts and
+  held-out continuations.
+* :mod:`~minirepro.papers.sparseinfer.protocol`: dense prefill, the continuation scored
+  with each method's neurons (batched), stability and similarity of core sets.
+* :mod:`~minirepro.papers.sparseinfer.speed`: SparseInfer generation, timings and the
+  FLOP and byte bounds.
+* :mod:`~minirepro.papers.sparseinfer.experiment`: the chapter's :class:`Config` and one run.
 * :mod:`~minirepro.papers.sparseinfer.plots`: the figures.
 """
 
 from minirepro.papers.sparseinfer.baselines import (
-                                                    LowRankPredictor,
                                                     SimilarityIndex,
                                                     budget,
                                                     fit_similarity_index,
+                                                    oracle_selector,
                                                     random_sets,
                                                     static_hot_sets,
-                                                    train_dejavu,
 )
-from minirepro.papers.sparseinfer.experiment import (
-                                                    Config,
-                                                    run_experiment,
-                                                    run_seed,
-                                                    run_sweep,
-                                                    summarise,
-                                                    test_items,
-)
+from minirepro.papers.sparseinfer.experiment import Config, run_experiment, run_main, run_sweep, time_speed, topics_table
 from minirepro.papers.sparseinfer.neurons import (
-                                                    capture_preactivations,
+                                                    capture_hidden,
                                                     core_neurons,
                                                     ffn_blocks,
                                                     jaccard,
@@ -49,21 +40,18 @@ from minirepro.papers.sparseinfer.neurons import (
                                                     sparse_layer_ids,
                                                     token_core_neurons,
 )
-from minirepro.papers.sparseinfer.offload import (
-                                                    offload_measurement,
-                                                    synthetic_offload,
-)
 from minirepro.papers.sparseinfer.protocol import (
                                                     METHODS,
-                                                    Item,
-                                                    decode_item,
-                                                    make_items,
-                                                    score_item,
+                                                    encode_units,
+                                                    evaluate,
+                                                    masked_vs_sliced,
                                                     similarity,
+                                                    sliced_reference,
                                                     stability,
-                                                    trace_example,
+                                                    token_overlap_control,
 )
 from minirepro.papers.sparseinfer.speed import (
+                                                    byte_bound,
                                                     decode_macs,
                                                     dense_generate,
                                                     flop_bound,
@@ -71,16 +59,17 @@ from minirepro.papers.sparseinfer.speed import (
                                                     time_decoding,
                                                     time_ffn_block,
 )
+from minirepro.papers.sparseinfer.texts import TOPICS, Unit, calibration_texts, draw_units
 
 # Modules implementing the paper's steps; each public function names its equation (tests/unit/test_conventions.py).
 METHOD_MODULES = ("neurons", "baselines")
 
 __all__ = [
-    "METHODS", "Config", "Item", "LowRankPredictor", "SimilarityIndex", "budget",
-    "capture_preactivations", "core_neurons", "decode_item", "decode_macs", "dense_generate",
-    "ffn_blocks", "fit_similarity_index", "flop_bound", "jaccard", "make_items", "masked_ffn",
-    "offload_measurement", "random_sets", "run_experiment", "run_seed", "run_sweep", "score_item", "sentence_core_neurons",
-    "similarity", "sliced_ffn", "sparse_layer_ids", "sparseinfer_generate", "stability",
-    "static_hot_sets", "summarise", "synthetic_offload", "test_items", "time_decoding", "time_ffn_block",
-    "token_core_neurons", "trace_example", "train_dejavu",
+    "METHODS", "TOPICS", "Config", "SimilarityIndex", "Unit", "budget", "byte_bound", "calibration_texts",
+    "capture_hidden", "core_neurons", "decode_macs", "dense_generate", "draw_units", "encode_units",
+    "evaluate", "ffn_blocks", "fit_similarity_index", "flop_bound", "jaccard", "masked_ffn",
+    "masked_vs_sliced", "oracle_selector", "random_sets", "run_experiment", "run_main", "run_sweep", "sentence_core_neurons",
+    "similarity", "sliced_ffn", "sliced_reference", "sparse_layer_ids", "sparseinfer_generate",
+    "stability", "static_hot_sets", "time_decoding", "time_speed", "time_ffn_block", "token_core_neurons",
+    "token_overlap_control", "topics_table",
 ]

@@ -1,8 +1,7 @@
-"""The chapter's config, one seed of the comparison, the sparsity sweep."""
+"""The chapter's config, one run of the comparison, the sparsity sweep and the timings."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -10,38 +9,28 @@ import numpy as np
 import pandas as pd
 import torch
 
-from minirepro.core.lm.corpus import Corpus, Example, generate_split
-from minirepro.core.lm.substrate import Substrate
 from minirepro.core.progress import progress
 from minirepro.core.scale import ScaledConfig
 from minirepro.core.seed import set_seed
-from minirepro.papers.sparseinfer.baselines import (
-    fit_similarity_index,
-    predictor_recall,
-    static_hot_sets,
-    train_dejavu,
-)
-from minirepro.papers.sparseinfer.neurons import (
-    capture_preactivations,
-    ffn_blocks,
-    sparse_layer_ids,
-)
+from minirepro.papers.sparseinfer.baselines import fit_similarity_index, static_hot_sets
+from minirepro.papers.sparseinfer.neurons import capture_hidden, ffn_blocks, sparse_layer_ids
 from minirepro.papers.sparseinfer.protocol import (
     METHODS,
-    Item,
-    core_jaccard_matrix,
-    decode_item,
-    full_set_mismatches,
-    make_items,
-    method_rules,
-    prefill_with_preacts,
-    score_item,
+    evaluate,
+    masked_vs_sliced,
     similarity,
     stability,
     token_jaccard_matrix,
     token_overlap_control,
-    trace_example,
 )
+from minirepro.papers.sparseinfer.speed import (
+    byte_bound,
+    dense_generate,
+    flop_bound,
+    sparseinfer_generate,
+    time_decoding,
+)
+from minirepro.papers.sparseinfer.texts import TOPICS, calibration_texts, draw_units
 
 
 @dataclass
@@ -49,65 +38,47 @@ class Config(ScaledConfig):
     """The chapter's knobs.
 
     Attributes:
-        substrate: the shipped substrate model (:func:`~minirepro.core.lm.load_substrate` preset).
-        token_sparsity: ``alpha``, token-wise top fraction of the positive pre-activations (paper: 0.2).
+        model_name: the model (``"smollm2-135m"`` at book scale, the tiny ``"lm-smoke"`` at
+            smoke scale), a substrate artifact or a local checkpoint folder.
+        token_sparsity: ``alpha``, the token-wise kept fraction of the non-zero activations (paper: 0.2).
         sparsity: ``gamma``, kept fraction of FFN neurons per sparsified layer (paper: 0.4).
         layers: ``"middle"`` (paper: first and last layer stay dense) or ``"all"``.
-        n_seeds: seeds (test prompts, calibration prompts, random draws).
-        qa_families: corpus families scored by exact match.
-        n_qa: test prompts per QA family per seed.
-        n_trace: trace-writing prompts per seed.
-        n_sweep: how many of the first seed's trace prompts the sparsity sweep uses.
-        n_topic: ``text`` prompts per seed for the similarity analysis.
-        stab_families: multi-token QA families added to the traces in the same-family
-            stability test (``n_trace`` prompts each; their continuation is the answer).
-        n_calib: calibration prompts (static hot, DejaVu, clusters), fresh per seed.
+        n_units: test units (prompt and held-out continuation), drawn fresh from ``seed``; even.
+        n_prompt, n_cont: sentences in a prompt and in its continuation.
+        n_calib: calibration prompts (static hot sets, clusters), drawn from another stream of ``seed``.
         n_clusters: KMeans clusters of the similarity-guided variant.
-        dejavu_rank, dejavu_steps: the low-rank predictor's rank and training steps.
-        sweep: kept fractions of the sparsity sweep (first seed, trace prompts).
-        decode_tokens: tokens generated in the timing runs.
+        sweep: further kept fractions of the sparsity sweep (on the first ``n_sweep`` units).
+        n_sweep: units of the sparsity sweep.
+        decode_tokens: tokens generated in each timed decoding run.
         n_timing_prompts: prompts timed (each a median of ``timing_repeats``).
-        timing_repeats: timing samples per arm and prompt.
-        offload_steps: decoding steps timed per prompt in the memory-offload setting.
-        offload_repeats: timing samples per step and arm in the memory-offload setting.
-        offload_wide: ``d_model`` of the random paper-width FFN layer timed beside the
-            model (``d_ff = 4 d_model``; 0 skips it).
-        threads: torch threads (one: the model is too small to gain from two).
+        timing_repeats: timing samples per arm and prompt (at least 5).
+        chunk: units per batched forward.
+        threads: torch threads for the batched passes (one: two are several times slower on a loaded
+            2-core machine); the timings run on one.
     """
 
-    substrate: str = "book-opt"
-    model_name: str | None = None  # a local checkpoint folder or hub id instead of the shipped model
+    model_name: str = "smollm2-135m"
     token_sparsity: float = 0.2
     sparsity: float = 0.4
     layers: str = "middle"
-    n_seeds: int = 5
-    qa_families: tuple[str, ...] = ("text", "facts", "relay", "arith")
-    n_qa: int = 8
-    n_trace: int = 16
-    n_sweep: int = 8
-    n_topic: int = 32
-    stab_families: tuple[str, ...] = ("copy", "multi")
-    n_calib: int = 64
+    n_units: int = 64
+    n_prompt: int = 3
+    n_cont: int = 2
+    n_calib: int = 48
     n_clusters: int = 8
-    dejavu_rank: int = 16
-    dejavu_steps: int = 60
-    sweep: tuple[float, ...] = (0.1, 0.2, 0.4, 0.6, 0.8)
-    decode_tokens: int = 32
-    n_timing_prompts: int = 5
+    sweep: tuple[float, ...] = (0.2, 0.6)
+    n_sweep: int = 32
+    decode_tokens: int = 16
+    n_timing_prompts: int = 3
     timing_repeats: int = 5
-    offload_steps: int = 16
-    offload_repeats: int = 3
-    offload_wide: int = 1024
+    chunk: int = 32
     threads: int = 1
 
     PRESETS: ClassVar = {
-        "smoke": {"substrate": "smoke-opt", "n_seeds": 1, "n_qa": 4, "n_trace": 6, "n_sweep": 4, "n_topic": 8,
-                  "n_calib": 16, "n_clusters": 4, "dejavu_steps": 20, "sweep": (0.2, 0.8),
-                  "decode_tokens": 8, "n_timing_prompts": 2, "timing_repeats": 3,
-                  "offload_steps": 8, "offload_wide": 0},
+        "smoke": {"model_name": "lm-smoke", "n_units": 12, "n_calib": 8, "n_clusters": 4, "n_sweep": 4,
+                  "sweep": (0.2,), "decode_tokens": 4, "n_timing_prompts": 2, "chunk": 12},
         "book": {},
-        "full": {"n_seeds": 10, "n_qa": 50, "n_trace": 60, "n_sweep": 30, "n_topic": 80, "n_calib": 300,
-                 "n_clusters": 12, "dejavu_steps": 300, "timing_repeats": 9},
+        "full": {"n_units": 256, "n_calib": 160, "n_sweep": 128, "n_timing_prompts": 8, "timing_repeats": 9},
     }
 
     def __post_init__(self) -> None:
@@ -117,196 +88,112 @@ class Config(ScaledConfig):
                 raise ValueError(f"{name} must be in (0, 1], got {v}")
         if self.layers not in ("middle", "all"):
             raise ValueError(f"layers must be 'middle' or 'all', got {self.layers!r}")
-        if self.offload_steps < 1 or self.offload_repeats < 1 or self.offload_wide < 0:
-            raise ValueError("need offload_steps >= 1, offload_repeats >= 1, offload_wide >= 0")
-        if self.n_trace < 2 or self.n_topic < 4 or self.n_calib < self.n_clusters or self.n_seeds < 1:
-            raise ValueError("need n_trace >= 2, n_topic >= 4, n_calib >= n_clusters, n_seeds >= 1")
+        if self.n_units < 4 or self.n_units % 2:
+            raise ValueError(f"n_units must be an even number >= 4, got {self.n_units}")
+        if self.n_calib < self.n_clusters or self.n_clusters < 1:
+            raise ValueError("need n_calib >= n_clusters >= 1")
+        if self.timing_repeats < 5 or self.n_timing_prompts < 1 or self.decode_tokens < 2:
+            raise ValueError("need timing_repeats >= 5, n_timing_prompts >= 1, decode_tokens >= 2")
+        if not 2 <= self.n_sweep <= self.n_units or self.chunk < 2:
+            raise ValueError("need 2 <= n_sweep <= n_units and chunk >= 2")
         self.sweep = tuple(float(s) for s in self.sweep)
-        self.qa_families = tuple(self.qa_families)
-        self.stab_families = tuple(self.stab_families)
-
-
-def _prompts(corpus: Corpus, families: tuple[str, ...], n: int, seed: int) -> list[Example]:
-    """``n`` fresh examples of ``families`` (in turn), generated from ``seed`` (never a training line)."""
-    cfg = dataclasses.replace(corpus.config, families=families, train_weights=())  # weights: train split only
-    return generate_split(cfg, n, seed, Corpus(cfg), "test")
-
-
-def test_items(sub: Substrate, cfg: Config, seed: int) -> list[Item]:
-    """The seed's QA items (``n_qa`` per family) and trace items (``n_trace``)."""
-    fams = cfg.qa_families
-    qa = _prompts(sub.corpus, fams, cfg.n_qa * len(fams), 10_000 + seed)
-    tr = [trace_example(e) for e in _prompts(sub.corpus, ("relay",), cfg.n_trace, 30_000 + seed)]
-    return make_items(sub.tokenizer, qa, "qa") + make_items(sub.tokenizer, tr, "trace")
-
-
-@dataclass
-class Calibration:
-    """Offline parts fitted on calibration prompts: static sets, clusters, DejaVu predictors."""
-
-    layers: list[int]
-    static: dict[int, torch.Tensor]
-    index: Any
-    predictors: dict
-    acts: list[list[torch.Tensor]]
+        if any(not 0 < s <= 1 for s in self.sweep):
+            raise ValueError(f"sweep fractions must be in (0, 1], got {self.sweep}")
 
 
 @torch.no_grad()
-def dense_io(model, ids: torch.Tensor, layers) -> tuple[list[torch.Tensor], dict, dict]:
-    """One dense forward over ``ids (T,)``: per-layer pre-activations ``(T, d_ff)`` and, for ``layers``, FFN inputs and pre-activations."""
-    store: dict = {}
-    inputs: dict = {}
-    with capture_preactivations(model, store, inputs):
-        model(input_ids=ids[None], use_cache=False)
-    acts = [torch.cat(store[i]) for i in sorted(store)]
-    return acts, {i: torch.cat(inputs[i]) for i in layers}, {i: acts[i] for i in layers}
-
-
-def calibration_data(sub: Substrate, cfg: Config, seed: int):
-    """Dense pre-activations of ``n_calib`` fresh prompts of the test families (seed ``20_000 + seed``).
-
-    Returns ``(layers, acts, xs, ys)``: the sparsified layers, per prompt the per-layer
-    pre-activations ``(T, d_ff)``, and per sparsified layer the stacked FFN inputs and pre-activations.
-    """
-    model, tok = sub.model, sub.tokenizer
-    layers = sparse_layer_ids(len(ffn_blocks(model)), cfg.layers)
-    fams = tuple(dict.fromkeys((*cfg.qa_families, "relay")))
-    acts, xs, ys = [], {}, {}
-    for e in _prompts(sub.corpus, fams, cfg.n_calib, 20_000 + seed):
-        a, x, y = dense_io(model, torch.tensor(tok(e.text)["input_ids"]), layers)
-        acts.append(a)
-        for i in layers:
-            xs.setdefault(i, []).append(x[i])
-            ys.setdefault(i, []).append(y[i])
-    return layers, acts, {i: torch.cat(v) for i, v in xs.items()}, {i: torch.cat(v) for i, v in ys.items()}
-
-
-def calibrate(sub: Substrate, cfg: Config, seed: int) -> Calibration:
-    """Fit the baselines' offline parts (static hot sets, clusters, DejaVu) on :func:`calibration_data`."""
-    layers, acts, xs, ys = calibration_data(sub, cfg, seed)
+def calibrate(model, tok, cfg: Config, seed: int, layers: list[int]):
+    """Static hot sets and the similarity index, fitted on ``n_calib`` calibration prompts."""
+    acts = []
+    for text in calibration_texts(cfg.n_calib, 20_000 + seed, cfg.n_prompt):
+        store: dict = {}
+        with capture_hidden(model, store):
+            model(input_ids=torch.tensor([tok(text)["input_ids"]]), use_cache=False)
+        acts.append([torch.cat(store[i])[0] for i in sorted(store)])
     static = static_hot_sets(acts, layers, cfg.sparsity)
     index = fit_similarity_index(acts, layers, cfg.n_clusters, cfg.token_sparsity, cfg.sparsity, seed=seed)
-    preds = train_dejavu(xs, ys, rank=cfg.dejavu_rank, steps=cfg.dejavu_steps, seed=seed,
-                         max_tokens=512)
-    return Calibration(layers, static, index, preds, acts)
+    return acts, static, index
 
 
-def evaluate(sub: Substrate, items: list[Item], cal: Calibration, cfg: Config, seed: int,
-             methods: tuple[str, ...] = METHODS, sparsity: float | None = None) -> pd.DataFrame:
-    """One row per (method, item): ``correct`` (QA), ``nll``, ``n_decoded``, ``agree`` with dense."""
-    sparsity = cfg.sparsity if sparsity is None else sparsity
-    model, tok = sub.model, sub.tokenizer
-    rng = np.random.default_rng(seed)
-    eos = tok.eos_token_id
-    pres = [prefill_with_preacts(model, it.prompt) for it in items]  # the same for every method
-    dense = [decode_item(model, it, "dense", None, cal.layers, len(it.cont), eos, it.task == "qa", pre)
-             for it, pre in zip(items, pres)]
-    rows = []
-    for m in methods:
-        kind, rule = method_rules(m, cal.layers, cfg.token_sparsity, sparsity, rng, cal.static,
-                                  cal.index, cal.predictors)
-        for it, dn, pre in zip(items, dense, pres):
-            d = dn if m == "dense" else decode_item(model, it, kind, rule, cal.layers, len(it.cont),
-                                                    eos, it.task == "qa", pre)
-            s = score_item(it, d, dn, tok)
-            rows.append({"seed": seed, "method": m, "task": it.task, "family": it.family,
-                         "correct": s.correct, "nll": s.nll, "n_decoded": s.n_decoded, "agree": s.agree})
-    return pd.DataFrame(rows)
-
-
-def summarise(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per (seed, method): QA exact match, and per task the NLL per decoded token and the agreement."""
-    out = []
-    for (seed, m), g in rows.groupby(["seed", "method"], sort=False):
-        r: dict[str, Any] = {"seed": seed, "method": m}
-        qa = g[g.task == "qa"]
-        r["em"] = float(qa["correct"].astype(float).mean()) if len(qa) else float("nan")
-        for f, gf in qa.groupby("family", sort=False):
-            r[f"em {f}"] = float(gf["correct"].astype(float).mean())
-        for task, gt in g.groupby("task", sort=False):
-            n = gt["n_decoded"].sum()
-            r[f"nll {task}"] = float(gt["nll"].sum() / n) if n else float("nan")
-            r[f"agree {task}"] = float(gt["agree"].sum() / n) if n else float("nan")
-        out.append(r)
-    return pd.DataFrame(out)
-
-
-def run_seed(sub: Substrate, cfg: Config, seed: int, methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
-    """Everything for one seed: every method's scores, stability, similarity, predictor recall."""
-    set_seed(seed, threads=cfg.threads)
-    model, tok = sub.model, sub.tokenizer
-    cal = calibrate(sub, cfg, seed)
-    items = test_items(sub, cfg, seed)
-    rows = evaluate(sub, items, cal, cfg, seed, methods)
-    trace = [it for it in items if it.task == "trace"]
-    io = [dense_io(model, torch.cat([it.prompt, it.cont]), cal.layers) for it in trace]
-    stab = stability([a for a, _, _ in io], [len(it.prompt) for it in trace], cal.layers,
-                     cfg.token_sparsity, cfg.sparsity)
-    recall = predictor_recall(cal.predictors, {i: torch.cat([x[i] for _, x, _ in io]) for i in cal.layers},
-                              {i: torch.cat([y[i] for _, _, y in io]) for i in cal.layers}, cfg.sparsity)
-    fam = family_stability(sub, cfg, seed, trace, [a for a, _, _ in io], cal.layers)
-    texts = _prompts(sub.corpus, ("text",), cfg.n_topic, 40_000 + seed)
-    ids = [tok(e.prompt)["input_ids"] for e in texts]
-    tacts = [dense_io(model, torch.tensor(t), cal.layers)[0] for t in ids]
-    sim, M, names = similarity(tacts, [e.topic for e in texts], cal.layers, cfg.token_sparsity, cfg.sparsity)
+def run_main(cfg: Config, model, tok) -> dict[str, Any]:
+    """The main comparison (seed ``cfg.seed``): the methods' scores per unit, stability, similarity
+    and its token control, and the masked-vs-sliced check."""
+    seed = cfg.seed
+    rng = set_seed(seed, threads=cfg.threads)
+    n_layers = len(ffn_blocks(model))
+    layers = sparse_layer_ids(n_layers, cfg.layers)
+    d_ff = ffn_blocks(model)[0].d_ff
+    units = draw_units(cfg.n_units, 10_000 + seed, cfg.n_prompt, cfg.n_cont)
+    calib, static, index = calibrate(model, tok, cfg, seed, layers)
+    ev = evaluate(model, tok, units, layers, cfg.token_sparsity, cfg.sparsity, rng, static, index,
+                  METHODS, cfg.chunk)
+    stab = stability(ev["prompt_core"], ev["cont_core"], units, layers, d_ff, cfg.sparsity)
+    topics = [u.topic for u in units]
+    sim, M, names, J = similarity(ev["prompt_core"], topics, layers, d_ff)
     special = set(tok.all_special_ids)
-    control = token_overlap_control(
-        core_jaccard_matrix(tacts, cal.layers, cfg.token_sparsity, cfg.sparsity),
-        token_jaccard_matrix([[t for t in x if t not in special] for x in ids]), [e.topic for e in texts])
-    exact = full_set_mismatches(model, items, cal.layers, tok.eos_token_id)
-    active = float(np.mean([float((y[i] > 0).float().mean()) for _, _, y in io for i in cal.layers]))
-    return {"rows": rows, "stability": stab, "stability_family": fam, "similarity": sim,
-            "topic_control": control, "topic_matrix": (M, names),
-            "dejavu_recall": recall, "layers": cal.layers, "active_fraction": active,
-            "full_set_mismatches": exact}
+    tj = token_jaccard_matrix([[t for t in tok(u.prompt)["input_ids"] if t not in special] for u in units])
+    control = token_overlap_control(J, tj, topics)
+    masked_gap = masked_vs_sliced(model, tok, units[:2], layers, cfg.token_sparsity, cfg.sparsity)
+    return {"units": units, "layers": layers, "n_layers": n_layers, "d_ff": d_ff, "eval": ev, "calib": calib,
+            "stability": stab, "similarity": sim, "topic_matrix": (M, names), "control": control,
+            "masked_vs_sliced": masked_gap}
 
 
-def run_experiment(cfg: Config, sub: Substrate, methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
-    """:func:`run_seed` over ``cfg.seeds``: the long table of item scores, per-seed summaries and
-    observations."""
-    seeds = cfg.seeds
-    runs = [run_seed(sub, cfg, s, methods) for s in progress(seeds, desc="seeds")]
-    rows = pd.concat([r["rows"] for r in runs], ignore_index=True)
-    return {"runs": runs, "rows": rows, "summary": summarise(rows),
-            "stability": pd.DataFrame([r["stability"] for r in runs], index=seeds),
-            "similarity": pd.DataFrame([r["similarity"] for r in runs], index=seeds),
-            "stability_family": pd.DataFrame([r["stability_family"]["all"] for r in runs], index=seeds),
-            "topic_control": pd.DataFrame([r["topic_control"] for r in runs], index=seeds)}
-
-
-def family_stability(sub: Substrate, cfg: Config, seed: int, trace: list[Item],
-                     trace_acts: list[list[torch.Tensor]], layers: list[int]) -> dict[str, dict[str, float]]:
-    """Stability with the "other" continuation drawn from the prompt's own family.
-
-    The trace items (family ``"trace"``, dense pre-activations ``trace_acts``) plus
-    ``n_trace`` fresh prompts of each of ``cfg.stab_families`` (seed ``50_000 + seed``),
-    whose continuation is the reference answer. Returns ``{"all": ..., family: ...}``,
-    each a :func:`stability` dict; ``"all"`` pools the families, pairing within each.
-    """
-    model, tok = sub.model, sub.tokenizer
-    fam_items = make_items(tok, _prompts(sub.corpus, cfg.stab_families, cfg.n_trace * len(cfg.stab_families),
-                                         50_000 + seed), "qa") if cfg.stab_families else []
-    items = [*trace, *fam_items]
-    acts = [*trace_acts, *(dense_io(model, torch.cat([it.prompt, it.cont]), layers)[0] for it in fam_items)]
-    groups = [it.family for it in items]
-    lens = [len(it.prompt) for it in items]
-    out = {"all": stability(acts, lens, layers, cfg.token_sparsity, cfg.sparsity, groups=groups)}
-    for f in dict.fromkeys(groups):
-        pick = [j for j, g in enumerate(groups) if g == f]
-        out[f] = stability([acts[j] for j in pick], [lens[j] for j in pick], layers,
-                           cfg.token_sparsity, cfg.sparsity)
-    return out
-
-
-def run_sweep(sub: Substrate, cfg: Config, seed: int,
-              methods: tuple[str, ...] = ("SparseInfer", "random", "static hot")) -> pd.DataFrame:
-    """Agreement with dense and NLL on the trace prompts for fixed-set methods at every kept fraction in ``cfg.sweep``."""
-    set_seed(seed, threads=cfg.threads)
-    items = [it for it in test_items(sub, cfg, seed) if it.task == "trace"][:cfg.n_sweep]
-    layers, acts, _, _ = calibration_data(sub, cfg, seed)
-    out = []
+def run_sweep(cfg: Config, model, tok, main: dict[str, Any]) -> pd.DataFrame:
+    """The sparsity sweep: the fixed-set methods and the oracle at every kept fraction of ``cfg.sweep``
+    on the first ``n_sweep`` units (static sets re-fitted per fraction), and the main run's rows at ``sparsity``."""
+    rng = set_seed(cfg.seed + 1, threads=cfg.threads)
+    units, layers, ev = main["units"][:cfg.n_sweep], main["layers"], main["eval"]
+    rows = []
     for g in progress(cfg.sweep, desc="sparsity sweep"):
-        cal = Calibration(layers, static_hot_sets(acts, layers, g), None, None, acts)
-        s = summarise(evaluate(sub, items, cal, cfg, seed, ("dense", *methods), sparsity=g))
-        out.append(s[s.method != "dense"].assign(kept=g))
-    return pd.concat(out, ignore_index=True)
+        st = static_hot_sets(main["calib"], layers, g)
+        e = evaluate(model, tok, units, layers, cfg.token_sparsity, g, rng, st, None,
+                     ("dense", "SparseInfer", "random", "static hot", "per-token oracle"), cfg.chunk)
+        rows += [{"kept": g, "method": m, "nll": float(np.mean(v)), "agree": float(np.mean(e["agree"][m]))}
+                 for m, v in e["nll"].items() if m != "dense"]
+    rows += [{"kept": cfg.sparsity, "method": m, "nll": float(np.mean(ev["nll"][m][:cfg.n_sweep])),
+              "agree": float(np.mean(ev["agree"][m][:cfg.n_sweep]))}
+             for m in ("SparseInfer", "random", "static hot", "per-token oracle")]
+    return pd.DataFrame(rows).sort_values(["method", "kept"])
+
+
+def run_experiment(cfg: Config, model, tok) -> dict[str, Any]:
+    """Everything for one run: :func:`run_main`, :func:`run_sweep` and :func:`time_speed`."""
+    res = run_main(cfg, model, tok)
+    res["sweep"] = run_sweep(cfg, model, tok, res)
+    return {**res, **time_speed(model, tok, cfg, res["units"], res["layers"])}
+
+
+def time_speed(model, tok, cfg: Config, units, layers) -> dict[str, Any]:
+    """Decoding speed-up of SparseInfer over dense (interleaved medians), with the FLOP and byte bounds,
+    on the first ``n_timing_prompts`` prompts, one thread; and the full-set check (every neuron kept
+    decodes the dense tokens)."""
+    torch.set_num_threads(1)
+    speed, flops, bytes_, mism = [], [], [], 0
+    try:
+        for u in units[:cfg.n_timing_prompts]:
+            ids = torch.tensor([tok(u.prompt)["input_ids"]])
+            t = time_decoding(model, ids, cfg.decode_tokens, layers, cfg.token_sparsity, cfg.sparsity,
+                              repeats=cfg.timing_repeats)
+            speed.append(t.speedups["SparseInfer"])
+            ctx = ids.shape[1] + cfg.decode_tokens // 2
+            flops.append(flop_bound(model, cfg.sparsity, layers, ctx))
+            bytes_.append(byte_bound(model, cfg.sparsity, layers, ctx))
+            full = sparseinfer_generate(model, ids, cfg.decode_tokens, layers, cfg.token_sparsity, 1.0)
+            mism += int((full != dense_generate(model, ids, cfg.decode_tokens)).sum())
+    finally:
+        torch.set_num_threads(cfg.threads)
+    return {"speed": np.asarray(speed), "flop_bound": np.asarray(flops), "byte_bound": np.asarray(bytes_),
+            "full_set_mismatches": mism}
+
+
+def topics_table(res: dict[str, Any]) -> pd.DataFrame:
+    """Per topic: the mean decoded NLL (nats/token) of dense, SparseInfer and random sets."""
+    ev = res["eval"]
+    df = pd.DataFrame({"topic": [u.topic for u in res["units"]], "dense": ev["nll"]["dense"],
+                       "SparseInfer": ev["nll"]["SparseInfer"], "random": ev["nll"]["random"]})
+    return df.groupby("topic", sort=False).mean()
+
+
+__all__ = ["Config", "TOPICS", "calibrate", "run_experiment", "run_main", "run_sweep", "time_speed",
+           "topics_table"]

@@ -1,18 +1,19 @@
 """SparseInfer's two steps: core neurons at prefill, a sliced FFN for decoding.
 
-Notation (one FFN layer, one prompt of ``T`` tokens): the pre-activations are
-``a_t = W1 x_t + b1`` (``d_ff`` neurons per token). Step 1 keeps, for every token,
-the ``k_tok = floor(alpha * n_pos)`` neurons with the largest pre-activation,
-``n_pos`` being the mean number of positive pre-activations per token. Step 2
-counts how often each neuron is kept over the prompt and keeps the
-``k = floor(gamma * d_ff)`` most frequent: the prompt's *core neurons* ``S``.
-Decoding then runs with ``W1[S], b1[S], W2[:, S]`` gathered once.
+Notation (one FFN layer, one prompt of ``T`` tokens): the hidden activation is
+``h_t = silu(W1 x_t) * (W3 x_t)`` for a gated (Llama) FFN, ``relu(W1 x_t + b1)`` for an
+OPT one (``d_ff`` neurons per token). Step 1 keeps, for every token, the
+``k_tok = floor(alpha * n_act)`` neurons with the largest ``|h|``, ``n_act`` being the
+mean number of non-zero activations per token. Step 2 counts how often each neuron is
+kept over the prompt and keeps the ``k = floor(gamma * d_ff)`` most frequent: the
+prompt's *core neurons* ``S``. Decoding then runs with the rows ``S`` of the up
+projections and the columns ``S`` of the down projection, gathered once.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,10 +26,8 @@ class FFNBlock:
     """Eq. (sparseinfer-eq-ffn): handles on one decoder layer's feed-forward block.
 
     ``up`` are the linears whose rows are neurons (OPT: ``[fc1]``; Llama:
-    ``[gate_proj, up_proj]``), ``down`` the linear whose columns are neurons, and
-    ``score_from`` the linear whose *output* is the pre-activation ranked by
-    SparseInfer (OPT ``fc1``; Llama ``gate_proj``, whose SiLU has no exact zeros,
-    so neurons are ranked by value).
+    ``[gate_proj, up_proj]``), ``down`` the linear whose columns are neurons; its input
+    is the hidden activation ``h`` that SparseInfer ranks.
     """
 
     index: int
@@ -43,10 +42,6 @@ class FFNBlock:
     @property
     def down(self) -> nn.Linear:
         return getattr(self.owner, self.down_name)
-
-    @property
-    def score_from(self) -> nn.Linear:
-        return self.up[0]
 
     @property
     def d_ff(self) -> int:
@@ -80,27 +75,22 @@ def sparse_layer_ids(n_layers: int, layers: str = "middle") -> list[int]:
 
 
 # ---------------------------------------------------------------------------
-# capturing pre-activations
+# capturing the FFN's hidden activations
 
 
 @contextlib.contextmanager
-def capture_preactivations(model: nn.Module, store: dict[int, list[torch.Tensor]],
-                           inputs: dict[int, list[torch.Tensor]] | None = None) -> Iterator[None]:
-    """Eq. (sparseinfer-eq-token), its input: record a = W1 x + b1, ``(N, d_ff)`` per layer.
+def capture_hidden(model: nn.Module, store: dict[int, list[torch.Tensor]]) -> Iterator[None]:
+    """Eq. (sparseinfer-eq-token), its input: record h = act(W1 x) (* W3 x), ``(B, T, d_ff)`` per layer.
 
-    While active, append every FFN's pre-activations ``(N, d_ff)`` to ``store[layer]``.
-
-    ``N`` is the number of tokens in the forward call (batch times length). With
-    ``inputs`` given, the FFN inputs ``(N, d_model)`` are stored there too
-    (the DejaVu predictor is trained on them).
+    While active, append every FFN's hidden activation, the input of its down projection
+    (Llama: ``silu(gate_proj x) * up_proj x``; OPT: ``relu(fc1 x + b1)``), to ``store[layer]``
+    with the forward call's shape ``(B, T, d_ff)``.
     """
     handles = []
     for blk in ffn_blocks(model):
-        def hook(_m, args, out, i=blk.index):
-            store.setdefault(i, []).append(out.detach().reshape(-1, out.shape[-1]))
-            if inputs is not None:
-                inputs.setdefault(i, []).append(args[0].detach().reshape(-1, args[0].shape[-1]))
-        handles.append(blk.score_from.register_forward_hook(hook))
+        def hook(_m, args, i=blk.index):
+            store.setdefault(i, []).append(args[0].detach())
+        handles.append(blk.down.register_forward_pre_hook(hook))
     try:
         yield
     finally:
@@ -112,40 +102,43 @@ def capture_preactivations(model: nn.Module, store: dict[int, list[torch.Tensor]
 # step 1 and step 2 of the paper
 
 
-def token_core_neurons(a: torch.Tensor, token_sparsity: float = 0.2) -> torch.Tensor:
-    """Eq. (sparseinfer-eq-token), step 1: per token, the top ``k_tok`` neurons; (T, d_ff) -> (T, k_tok).
+def token_core_neurons(h: torch.Tensor, token_sparsity: float = 0.2) -> torch.Tensor:
+    """Eq. (sparseinfer-eq-token), step 1: per token, the top ``k_tok`` neurons by |h|; (T, d_ff) -> (T, k_tok).
 
-    ``k_tok = max(1, floor(alpha * n_pos))`` with ``n_pos`` the mean count of
-    positive entries per token (for activations without exact zeros, e.g. SiLU
-    gates, pass ``alpha`` as a fraction of the positive ones all the same).
+    ``k_tok = max(1, floor(alpha * n_act))`` with ``n_act`` the mean count of non-zero
+    entries of ``h`` per token: the positive ones under a ReLU, every neuron under SiLU,
+    which has no exact zeros (neurons are then ranked by value, as CoreInfer does for Llama).
 
     Args:
-        a: ``(T, d_ff)`` pre-activations of one prompt at one layer.
+        h: ``(T, d_ff)`` hidden activations of one prompt at one layer.
         token_sparsity: ``alpha`` in (0, 1].
 
     Returns:
-        ``(T, k_tok)`` neuron indices, each row sorted by decreasing pre-activation.
+        ``(T, k_tok)`` neuron indices, each row sorted by decreasing ``|h|``.
     """
-    if a.ndim != 2 or a.shape[0] == 0:
-        raise ValueError(f"a must be (T, d_ff) with T >= 1, got {tuple(a.shape)}")
+    if h.ndim != 2 or h.shape[0] == 0 or h.shape[1] == 0:
+        raise ValueError(f"h must be (T, d_ff) with T >= 1, got {tuple(h.shape)}")
     if not 0 < token_sparsity <= 1:
         raise ValueError(f"token_sparsity must be in (0, 1], got {token_sparsity}")
-    n_pos = float((a > 0).sum(dim=1).float().mean())
-    k_tok = max(1, min(a.shape[1], int(token_sparsity * n_pos)))
-    return torch.topk(a, k_tok, dim=1, sorted=True).indices
+    if not torch.isfinite(h).all():
+        raise ValueError("h holds NaN or infinite values")
+    mag = h.abs()
+    n_act = float((mag > 0).sum(dim=1).float().mean())
+    k_tok = max(1, min(h.shape[1], int(token_sparsity * n_act)))
+    return torch.topk(mag, k_tok, dim=1, sorted=True).indices
 
 
-def sentence_core_neurons(token_sets: torch.Tensor, a: torch.Tensor, sparsity: float = 0.4) -> torch.Tensor:
+def sentence_core_neurons(token_sets: torch.Tensor, h: torch.Tensor, sparsity: float = 0.4) -> torch.Tensor:
     """Eq. (sparseinfer-eq-core), step 2: the ``k`` most frequent neurons of the prompt; (k,).
 
     ``f_j = #{t : j in S_t}``; the core set is the top-``k`` of ``f``. Ties (and
     neurons that no token kept, when fewer than ``k`` were ever kept) are broken by
-    the summed positive pre-activation ``sum_t max(a_tj, 0)`` (then the lower index), so the set always
+    the summed magnitude ``sum_t |h_tj|`` (then the lower index), so the set always
     has exactly ``k`` neurons and equal budgets compare fairly.
 
     Args:
         token_sets: ``(T, k_tok)`` indices from :func:`token_core_neurons`.
-        a: ``(T, d_ff)`` the pre-activations they came from.
+        h: ``(T, d_ff)`` the activations they came from.
         sparsity: ``gamma``, the kept fraction in (0, 1].
 
     Returns:
@@ -153,17 +146,17 @@ def sentence_core_neurons(token_sets: torch.Tensor, a: torch.Tensor, sparsity: f
     """
     if not 0 < sparsity <= 1:
         raise ValueError(f"sparsity (kept fraction) must be in (0, 1], got {sparsity}")
-    d_ff = a.shape[1]
+    d_ff = h.shape[1]
     k = max(1, int(sparsity * d_ff))
     freq = torch.bincount(token_sets.reshape(-1), minlength=d_ff).numpy()
-    mass = a.clamp(min=0).sum(0).double().numpy()
+    mass = h.abs().sum(0).double().numpy()
     order = np.lexsort((np.arange(d_ff), -mass, -freq))  # by frequency, then mass, then index
     return torch.as_tensor(np.sort(order[:k]), dtype=torch.long)
 
 
-def core_neurons(a: torch.Tensor, token_sparsity: float = 0.2, sparsity: float = 0.4) -> torch.Tensor:
+def core_neurons(h: torch.Tensor, token_sparsity: float = 0.2, sparsity: float = 0.4) -> torch.Tensor:
     """Eqs. (sparseinfer-eq-token, sparseinfer-eq-core): a prompt's core neurons; (T, d_ff) -> (k,)."""
-    return sentence_core_neurons(token_core_neurons(a, token_sparsity), a, sparsity)
+    return sentence_core_neurons(token_core_neurons(h, token_sparsity), h, sparsity)
 
 
 # ---------------------------------------------------------------------------
@@ -212,35 +205,29 @@ def sliced_ffn(model: nn.Module, sets: dict[int, torch.Tensor]) -> Iterator[None
             setattr(owner, name, lin)
 
 
-Selector = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
-"""``select(layer, x (N, d_model), a (N, d_ff)) -> keep (N, d_ff) bool``."""
+Selector = Callable[[int, torch.Tensor], torch.Tensor]
+"""``select(layer, h (B, T, d_ff)) -> keep``, a bool mask broadcastable to ``h``."""
 
 
 @contextlib.contextmanager
-def masked_ffn(model: nn.Module, select: Selector, layers: list[int]) -> Iterator[None]:
-    """[reconstruction] Eq. (sparseinfer-eq-ffn) with a per-token mask: ``select`` drops neurons.
+def masked_ffn(model: nn.Module, select: Selector, layers: Sequence[int]) -> Iterator[None]:
+    """Eq. (sparseinfer-eq-decode) by masking: layer ``i`` in ``layers`` zeroes the neurons ``select`` drops.
 
-    While active, layer ``i`` in ``layers`` zeroes the FFN neurons ``select`` drops, per token.
-
-    Used for the per-token baselines (oracle, DejaVu), which choose a new set at
-    every token and so cannot slice weights once.
+    The hidden activation ``h`` entering the down projection is multiplied by the mask, which
+    is the sliced FFN of :func:`sliced_ffn` when the mask is one fixed set per sequence
+    (``(B, 1, d_ff)``), and lets a batch use a different set per sequence, or a per-token
+    set (the oracle), in one forward.
     """
     blocks = {b.index: b for b in ffn_blocks(model)}
-    handles, state = [], {}
+    handles = []
     for i in layers:
-        blk = blocks[i]
-
-        def grab(_m, args, out, i=i):
-            state[i] = (args[0].detach(), out.detach())
+        if i not in blocks:
+            raise ValueError(f"layer {i} does not exist (model has {len(blocks)} FFN layers)")
 
         def apply(_m, args, i=i):
-            x, a = state.pop(i)
-            shape = args[0].shape
-            h = args[0].reshape(-1, shape[-1])
-            keep = select(i, x.reshape(-1, x.shape[-1]), a.reshape(-1, a.shape[-1]))
-            return (h * keep.to(h.dtype)).reshape(shape),
-        handles.append(blk.score_from.register_forward_hook(grab))
-        handles.append(blk.down.register_forward_pre_hook(apply))
+            h = args[0]
+            return (h * select(i, h).to(h.dtype)),
+        handles.append(blocks[i].down.register_forward_pre_hook(apply))
     try:
         yield
     finally:
@@ -249,9 +236,9 @@ def masked_ffn(model: nn.Module, select: Selector, layers: list[int]) -> Iterato
 
 
 def topk_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """[reconstruction] per-token top-k (oracle, DejaVu): mask of each row's k largest; (N, d_ff)."""
+    """[reconstruction] per-token top-k (the oracle): mask of the k largest along the last dim; (..., d_ff)."""
     keep = torch.zeros_like(scores, dtype=torch.bool)
-    return keep.scatter_(1, torch.topk(scores, k, dim=1).indices, True)
+    return keep.scatter_(-1, torch.topk(scores, k, dim=-1).indices, True)
 
 
 def set_mask(idx: torch.Tensor, d_ff: int) -> torch.Tensor:

@@ -1,33 +1,23 @@
-"""The protocol: prefill the full prompt densely, decode with the chosen neurons.
+"""The protocol: prefill the prompt densely, score the held-out continuation with the chosen neurons.
 
-As in the paper (and CoreInfer's code), the whole prompt is prefilled by the
-dense model; each method picks its neurons from the prefill's pre-activations;
-only the decoding steps use them. Two tasks, both from the substrate corpus:
+As in the paper (and CoreInfer's code), the whole prompt is prefilled by the dense model;
+each method picks its neurons from the prefill's FFN activations (or offline); only the
+continuation's tokens use them. The continuation is the reference text, fed through the
+model after the prompt's KV cache (teacher forcing: one forward over its tokens is the
+computation of decoding them one at a time). At each *decoded* position (every
+continuation token but the first, which the dense prefill predicts) we record the NLL of
+the reference token and whether the method's top token equals the dense model's.
 
-``qa``
-    the corpus's own prompts (families chosen by the chapter); greedy generation
-    of a few tokens, scored by :func:`~minirepro.core.lm.corpus.check_answer`
-    (exact match of the answer's words). The answer's first token is predicted
-    by the dense prefill, so a one-token answer is decided before any neuron is
-    dropped; what follows it (the end of the word, ``<eos>``) is decoded sparsely.
-``trace``
-    the ``relay`` family cut after agent A's task: the prompt is A's role and the
-    task, the continuation A's worked trace (``step 1 : 5 + 1 = 6 . ... done .``),
-    a multi-token answer of 15 to 60 tokens.
-
-For every item the reference continuation (answer and ``<eos>``, or the trace)
-is also fed through the model with the KV cache (teacher forcing; one forward
-over all its tokens is the same computation as decoding them one at a time).
-At each decoded position (all but the first, which the prefill predicts) we
-record the NLL of the reference token and whether the method's argmax equals
-the dense model's argmax: *agreement with the dense model's greedy token*,
-informative even where the dense model's answers are mostly wrong.
+Units are batched: prompts and continuations are right-padded, the continuation's positions
+are given explicitly and its attention mask skips the prompt's pad slots; a fixed neuron set
+per unit is applied as a ``(B, 1, d_ff)`` mask on the FFN's hidden activation, which equals
+slicing the FFN once per unit (:func:`sliced_reference` is the one-unit check).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -35,301 +25,307 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from minirepro.core.lm.corpus import Example, check_answer
 from minirepro.core.lm.models import prefill
-from minirepro.papers.sparseinfer.baselines import (
-    SimilarityIndex,
-    budget,
-    dejavu_selector,
-    oracle_selector,
-    random_sets,
-)
+from minirepro.papers.sparseinfer.baselines import SimilarityIndex, budget, oracle_selector, random_sets
 from minirepro.papers.sparseinfer.neurons import (
-    capture_preactivations,
+    capture_hidden,
     core_neurons,
     ffn_blocks,
-    jaccard,
     masked_ffn,
     sliced_ffn,
 )
+from minirepro.papers.sparseinfer.texts import Unit
 
 METHODS: tuple[str, ...] = ("dense", "SparseInfer", "SparseInfer (similarity)", "random",
-                            "static hot", "per-token oracle", "DejaVu", "FFN skipped")
+                            "static hot", "per-token oracle", "FFN skipped")
+SET_METHODS: tuple[str, ...] = ("SparseInfer", "SparseInfer (similarity)", "random", "static hot")
 
 
 @dataclass
-class Item:
-    """One tokenised test prompt.
+class Batch:
+    """Tokenised units, right-padded.
 
     Attributes:
-        example: the corpus example (``answer`` is the reference continuation's text).
-        task: ``"qa"`` or ``"trace"``.
-        prompt: ``(T,)`` prompt ids (with ``<bos>``).
-        cont: ``(C,)`` reference continuation ids: the answer's tokens, then ``<eos>`` for ``qa``.
+        prompt_ids, prompt_mask: ``(B, Tp)`` prompt ids and their mask (1 = token).
+        cont_ids, cont_mask: ``(B, Tc)`` continuation ids and mask.
+        prompt_len, cont_len: ``(B,)`` true lengths.
     """
 
-    example: Example
-    task: str
-    prompt: torch.Tensor
-    cont: torch.Tensor
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    cont_ids: torch.Tensor
+    cont_mask: torch.Tensor
+    prompt_len: torch.Tensor
+    cont_len: torch.Tensor
 
-    @property
-    def family(self) -> str:
-        return self.example.family if self.task == "qa" else "trace"
-
-
-def trace_example(e: Example) -> Example:
-    """``[reconstruction]`` A ``relay`` example cut after agent A's task; the answer is A's worked trace."""
-    if e.family != "relay" or " step 1 :" not in e.prompt:
-        raise ValueError("trace_example needs a relay example")
-    head, rest = e.prompt.split(" step 1 :", 1)
-    return Example("relay", head, "step 1 :" + rest.split(" done .")[0] + " done .", "trace")
+    def __len__(self) -> int:
+        return int(self.prompt_ids.shape[0])
 
 
-def make_items(tokenizer: PreTrainedTokenizerBase, examples: Sequence[Example], task: str = "qa") -> list[Item]:
-    """[reconstruction] Tokenise ``examples``: prompt ids and the reference continuation (plus ``<eos>`` for ``qa``)."""
-    if task not in ("qa", "trace"):
-        raise ValueError(f"task must be 'qa' or 'trace', got {task!r}")
-    items = []
-    for e in examples:
-        p = tokenizer(e.prompt)["input_ids"]
-        full = tokenizer(e.text)["input_ids"] + ([tokenizer.eos_token_id] if task == "qa" else [])
-        if full[:len(p)] != p or len(full) <= len(p):
-            raise ValueError(f"prompt tokens are not a proper prefix of the text: {e.prompt!r}")
-        items.append(Item(e, task, torch.tensor(p), torch.tensor(full[len(p):])))
-    return items
+def _pad(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n = max(len(r) for r in rows)
+    ids = torch.full((len(rows), n), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), n), dtype=torch.long)
+    for j, r in enumerate(rows):
+        ids[j, :len(r)] = torch.tensor(r)
+        mask[j, :len(r)] = 1
+    return ids, mask
 
 
-SetRule = Callable[[list[torch.Tensor]], dict[int, torch.Tensor]]
-"""From the prefill's per-layer pre-activations ``(T, d_ff)``, the fixed neuron set per sparsified layer."""
+def encode_units(tokenizer: PreTrainedTokenizerBase, units: Sequence[Unit]) -> Batch:
+    """[reconstruction] Tokenise ``units``: the prompt with the tokenizer's specials, the continuation without."""
+    if not units:
+        raise ValueError("encode_units needs at least one unit")
+    p = [tokenizer(u.prompt)["input_ids"] for u in units]
+    c = [tokenizer(u.continuation, add_special_tokens=False)["input_ids"] for u in units]
+    if any(len(x) < 2 for x in c):
+        raise ValueError("every continuation needs at least two tokens (one decoded position)")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    pi, pm = _pad(p, pad)
+    ci, cm = _pad(c, pad)
+    return Batch(pi, pm, ci, cm, pm.sum(1), cm.sum(1))
 
 
-def method_rules(method: str, layers: Sequence[int], token_sparsity: float, sparsity: float,
-                 rng: np.random.Generator, static: dict[int, torch.Tensor] | None = None,
-                 index: SimilarityIndex | None = None, predictors: dict | None = None):
-    """``("dense", None)``, ``("sets", rule)`` for fixed-set methods or ``("mask", selector)`` for per-token ones."""
-    if method == "dense":
-        return "dense", None
-    if method == "SparseInfer":
-        return "sets", lambda acts: {i: core_neurons(acts[i], token_sparsity, sparsity) for i in layers}
-    if method == "SparseInfer (similarity)":
-        if index is None:
-            raise ValueError("the similarity variant needs a fitted SimilarityIndex")
-        return "sets", index.sets_for
-    if method == "random":
-        return "sets", lambda acts: random_sets(rng, acts[0].shape[1], layers, sparsity)
-    if method == "static hot":
+def _rows(b: Batch, idx: Sequence[int]) -> Batch:
+    idx = torch.as_tensor(idx, dtype=torch.long)
+    return Batch(*(getattr(b, f)[idx] for f in ("prompt_ids", "prompt_mask", "cont_ids", "cont_mask",
+                                                "prompt_len", "cont_len")))
+
+
+@torch.no_grad()
+def prompt_pass(model: PreTrainedModel, b: Batch):
+    """Dense prefill of the prompts: the ``DynamicCache`` and per layer the hidden activations ``(B, Tp, d_ff)``."""
+    store: dict[int, list[torch.Tensor]] = {}
+    with capture_hidden(model, store):
+        _, cache = prefill(model, b.prompt_ids, b.prompt_mask)
+    return cache, [torch.cat(store[i]) for i in sorted(store)]
+
+
+@torch.no_grad()
+def continuation_pass(model: PreTrainedModel, b: Batch, cache, select=None, layers: Sequence[int] = (),
+                      capture: bool = False, prompt_of: Batch | None = None):
+    """The continuations after the prompts' cache (copied, never changed); ``(logits (B, Tc, V), hidden)``.
+
+    ``select`` (``(layer, h) -> keep mask``) masks the FFNs of ``layers``; ``capture``
+    returns the hidden activations ``(B, Tc, d_ff)`` per layer (else ``None``);
+    ``prompt_of`` is the batch whose prompts the cache holds (default ``b``).
+    """
+    pb = b if prompt_of is None else prompt_of
+    c = copy.deepcopy(cache)
+    pos = pb.prompt_len[:, None] + torch.arange(b.cont_ids.shape[1])[None]
+    mask = torch.cat([pb.prompt_mask, b.cont_mask], dim=1)
+    store: dict[int, list[torch.Tensor]] = {}
+    with ExitStack() as stack:
+        if select is not None:
+            stack.enter_context(masked_ffn(model, select, list(layers)))
+        if capture:
+            stack.enter_context(capture_hidden(model, store))
+        out = model(input_ids=b.cont_ids, attention_mask=mask, position_ids=pos, cache=c, use_cache=True)
+    return out.logits.float(), ([torch.cat(store[i]) for i in sorted(store)] if capture else None)
+
+
+def decoded_scores(logits: torch.Tensor, dense_logits: torch.Tensor, b: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """Per unit: mean NLL (nats/token) of the reference at the decoded positions, and the share
+    of those positions where the top token equals the dense model's."""
+    lg, ref = logits[:, :-1], b.cont_ids[:, 1:]
+    valid = b.cont_mask[:, 1:].bool()
+    nll = torch.nn.functional.cross_entropy(lg.transpose(1, 2), ref, reduction="none")
+    agree = (lg.argmax(-1) == dense_logits[:, :-1].argmax(-1)).float()
+    n = valid.sum(1).double()
+    return ((nll * valid).sum(1).double() / n).numpy(), ((agree * valid).sum(1).double() / n).numpy()
+
+
+def set_masks(sets: Sequence[dict[int, torch.Tensor]], layers: Sequence[int], d_ff: int) -> dict[int, torch.Tensor]:
+    """Eq. (sparseinfer-eq-decode) as masks: per layer ``(B, 1, d_ff)`` bool, row ``b`` the set of unit ``b``."""
+    out = {}
+    for i in layers:
+        m = torch.zeros(len(sets), 1, d_ff, dtype=torch.bool)
+        for r, s in enumerate(sets):
+            m[r, 0, s[i]] = True
+        out[i] = m
+    return out
+
+
+def other_topic(topics: Sequence[str]) -> list[int]:
+    """For each unit, the next unit (cyclically) whose topic differs."""
+    n = len(topics)
+    if len(set(topics)) < 2:
+        raise ValueError("other_topic needs at least two topics")
+    return [next((j + s) % n for s in range(1, n) if topics[(j + s) % n] != topics[j]) for j in range(n)]
+
+
+@torch.no_grad()
+def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, units: Sequence[Unit],
+             layers: Sequence[int], token_sparsity: float, sparsity: float, rng: np.random.Generator,
+             static: dict[int, torch.Tensor] | None = None, index: SimilarityIndex | None = None,
+             methods: Sequence[str] = METHODS, chunk: int = 32) -> dict:
+    """Every method on every unit, in chunks of ``chunk`` units (one prompt pass, one pass per method).
+
+    Returns ``{"nll": {method: (n,)}, "agree": {method: (n,)}, "prompt_core": [...],
+    "cont_core": [...], "nll_other_prompt": (n,)}``: per unit the decoded NLL and agreement with
+    dense, the core sets (per layer) of its prompt and of its continuation (dense activations),
+    and the dense NLL of its continuation after a prompt on another topic (same chunk).
+    """
+    if "dense" not in methods:
+        raise ValueError("methods must include 'dense' (agreement is measured against it)")
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        raise ValueError(f"unknown methods {sorted(unknown)}; expected some of {METHODS}")
+    d_ff = ffn_blocks(model)[0].d_ff
+    nll: dict[str, list] = {m: [] for m in methods}
+    agree: dict[str, list] = {m: [] for m in methods}
+    p_core, c_core, other_nll = [], [], []
+    for s in range(0, len(units), chunk):
+        us = list(units[s:s + chunk])
+        b = encode_units(tokenizer, us)
+        cache, ph = prompt_pass(model, b)
+        pc = [{i: core_neurons(ph[i][r, :int(b.prompt_len[r])], token_sparsity, sparsity) for i in layers}
+              for r in range(len(b))]
+        dense, ch = continuation_pass(model, b, cache, capture=True)
+        p_core += pc
+        c_core += [{i: core_neurons(ch[i][r, :int(b.cont_len[r])], token_sparsity, sparsity) for i in layers}
+                   for r in range(len(b))]
+        if len({u.topic for u in us}) > 1:  # the precondition: the same continuation after another topic
+            perm = other_topic([u.topic for u in us])
+            c2 = copy.deepcopy(cache)
+            c2.reorder_cache(torch.tensor(perm))
+            lo, _ = continuation_pass(model, b, c2, prompt_of=_rows(b, perm))
+            other_nll += list(decoded_scores(lo, dense, b)[0])
+        else:
+            other_nll += [float("nan")] * len(b)
+        for m in methods:
+            if m == "dense":
+                lg = dense
+            else:
+                sel = _selector(m, pc, ph, b, layers, token_sparsity, sparsity, d_ff, rng, static, index)
+                lg, _ = continuation_pass(model, b, cache, select=sel, layers=layers)
+            x, y = decoded_scores(lg, dense, b)
+            nll[m] += list(x)
+            agree[m] += list(y)
+    return {"nll": {m: np.asarray(v) for m, v in nll.items()},
+            "agree": {m: np.asarray(v) for m, v in agree.items()},
+            "prompt_core": p_core, "cont_core": c_core, "nll_other_prompt": np.asarray(other_nll)}
+
+
+def _selector(m, pc, ph, b, layers, token_sparsity, sparsity, d_ff, rng, static, index):
+    if m == "per-token oracle":
+        return oracle_selector(sparsity)
+    if m == "FFN skipped":
+        return lambda _i, h: torch.zeros(1, 1, h.shape[-1], dtype=torch.bool)
+    if m == "SparseInfer":
+        sets = pc
+    elif m == "random":
+        sets = [random_sets(rng, d_ff, layers, sparsity) for _ in range(len(b))]
+    elif m == "static hot":
         if static is None:
             raise ValueError("static hot needs calibrated sets")
-        return "sets", lambda acts: static
-    if method == "per-token oracle":
-        return "mask", oracle_selector(sparsity)
-    if method == "DejaVu":
-        if predictors is None:
-            raise ValueError("DejaVu needs trained predictors")
-        return "mask", dejavu_selector(predictors, sparsity)
-    if method == "FFN skipped":
-        return "mask", lambda _i, _x, a: torch.zeros_like(a, dtype=torch.bool)
-    raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+        sets = [static] * len(b)
+    elif m == "SparseInfer (similarity)":
+        if index is None:
+            raise ValueError("the similarity variant needs a fitted SimilarityIndex")
+        sets = [index.sets_for([h[r, :int(b.prompt_len[r])] for h in ph]) for r in range(len(b))]
+    else:  # pragma: no cover - checked by evaluate
+        raise ValueError(m)
+    masks = set_masks(sets, layers, d_ff)
+    return lambda i, _h: masks[i]
 
 
 @torch.no_grad()
-def prefill_with_preacts(model: PreTrainedModel, prompt: torch.Tensor):
-    """Dense prefill of ``prompt (T,)``: last logits ``(V,)``, the ``DynamicCache``, pre-activations per layer ``(T, d_ff)``."""
-    store: dict[int, list[torch.Tensor]] = {}
-    with capture_preactivations(model, store):
-        logits, cache = prefill(model, prompt[None])
-    return logits[0, -1], cache, [torch.cat(store[i]) for i in sorted(store)]
+def sliced_reference(model: PreTrainedModel, prompt: torch.Tensor, cont: torch.Tensor,
+                     sets: dict[int, torch.Tensor]) -> torch.Tensor:
+    """One unit the paper's way: dense prefill of ``prompt (T,)``, then ``cont (C,)`` with the FFN
+    sliced once to ``sets`` (:func:`sliced_ffn`); the logits ``(C, V)``."""
+    _, cache = prefill(model, prompt[None])
+    with sliced_ffn(model, sets):
+        out = model(input_ids=cont[None], cache=cache, use_cache=True)
+    return out.logits[0].float()
 
 
-@torch.no_grad()
-def greedy_steps(model: PreTrainedModel, first_logits: torch.Tensor, cache, max_new_tokens: int,
-                 eos_token_id: int | None) -> list[int]:
-    """Greedy decoding with the KV cache from the prefill's last logits; stops after ``<eos>``."""
-    out: list[int] = []
-    tok = int(first_logits.argmax())
-    while True:
-        out.append(tok)
-        if tok == eos_token_id or len(out) >= max_new_tokens:
-            return out
-        step = model(input_ids=torch.tensor([[tok]]), cache=cache, use_cache=True)
-        tok = int(step.logits[0, -1].argmax())
-
-
-@dataclass
-class Decoded:
-    """One item decoded by one method.
-
-    Attributes:
-        generated: greedy token ids (the first from the dense prefill).
-        logits: ``(C, V)`` teacher-forced logits on the reference continuation
-            (row ``j`` predicts ``cont[j]``; row 0 is the prefill's).
-        sets: the fixed neuron sets used (``None`` for dense and per-token methods).
-    """
-
-    generated: list[int]
-    logits: torch.Tensor
-    sets: dict[int, torch.Tensor] | None
-
-
-@torch.no_grad()
-def decode_item(model: PreTrainedModel, item: Item, kind: str, rule, layers: Sequence[int],
-                max_new_tokens: int, eos_token_id: int | None, generate: bool = True,
-                pre: tuple | None = None) -> Decoded:
-    """[reconstruction] protocol: dense prefill, pick neurons, decode sparsely (greedy, teacher-forced).
-
-    Prefill ``item.prompt`` densely, pick neurons, then decode sparsely.
-
-    The sets are gathered once, after the prefill (:func:`sliced_ffn`); per-token
-    methods mask the decoding steps (:func:`masked_ffn`). ``pre`` is a prefill
-    already computed by :func:`prefill_with_preacts` (it is the same for every
-    method, so it is computed once per item); its cache is copied, never changed.
-    """
-    first, cache, acts = pre if pre is not None else prefill_with_preacts(model, item.prompt)
-    gen_cache, tf_cache = copy.deepcopy(cache), copy.deepcopy(cache)
-    sets = rule(acts) if kind == "sets" else None
-    with ExitStack() as stack:
-        if kind == "sets":
-            stack.enter_context(sliced_ffn(model, sets))
-        elif kind == "mask":
-            stack.enter_context(masked_ffn(model, rule, list(layers)))
-        elif kind != "dense":
-            raise ValueError(f"kind must be 'dense', 'sets' or 'mask', got {kind!r}")
-        gen = greedy_steps(model, first, gen_cache, max_new_tokens, eos_token_id) if generate else []
-        rest = (model(input_ids=item.cont[None, :-1], cache=tf_cache, use_cache=True).logits[0]
-                if len(item.cont) > 1 else first[None][:0])
-    return Decoded(gen, torch.cat([first[None], rest]).float(), sets)
-
-
-@dataclass
-class ItemScore:
-    """Scores of one item under one method (decoded positions are all but the first)."""
-
-    correct: bool | None
-    nll: float
-    n_decoded: int
-    agree: int
-
-
-def score_item(item: Item, d: Decoded, dense: Decoded, tokenizer: PreTrainedTokenizerBase) -> ItemScore:
-    """Exact match of the generation, NLL of the reference and agreement with dense at decoded positions."""
-    correct = (check_answer(item.example, tokenizer.decode(d.generated, skip_special_tokens=True))
-               if d.generated else None)
-    lg, ref = d.logits[1:], item.cont[1:]
-    nll = float(torch.nn.functional.cross_entropy(lg, ref, reduction="sum")) if len(ref) else 0.0
-    agree = int((lg.argmax(-1) == dense.logits[1:].argmax(-1)).sum())
-    return ItemScore(correct, nll, len(ref), agree)
-
-
-@torch.no_grad()
-def full_set_mismatches(model: PreTrainedModel, items: Sequence[Item], layers: Sequence[int],
-                        eos_token_id: int | None) -> int:
-    """Tokens (generated, and top tokens under teacher forcing) where slicing to *every* neuron differs from dense.
-
-    A check of the pipeline: sliced weights that keep all ``d_ff`` neurons are the
-    dense model, so the count must be 0.
-    """
-    blocks = {b.index: b for b in ffn_blocks(model)}
-    full = {i: torch.arange(blocks[i].d_ff) for i in layers}
-    bad = 0
-    for it in items:
-        pre = prefill_with_preacts(model, it.prompt)
-        gen = it.task == "qa"
-        dn = decode_item(model, it, "dense", None, layers, len(it.cont), eos_token_id, gen, pre)
-        ds = decode_item(model, it, "sets", lambda _a: full, layers, len(it.cont), eos_token_id, gen, pre)
-        bad += sum(a != b for a, b in zip(dn.generated, ds.generated)) + abs(len(dn.generated) - len(ds.generated))
-        bad += int((dn.logits.argmax(-1) != ds.logits.argmax(-1)).sum())
-    return bad
+def masked_vs_sliced(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, units: Sequence[Unit],
+                     layers: Sequence[int], token_sparsity: float, sparsity: float) -> float:
+    """Check of the batched protocol: the largest |logit difference| between the batched, masked
+    SparseInfer pass and :func:`sliced_reference`, over ``units`` (their decoded positions)."""
+    b = encode_units(tokenizer, units)
+    cache, ph = prompt_pass(model, b)
+    pc = [{i: core_neurons(ph[i][r, :int(b.prompt_len[r])], token_sparsity, sparsity) for i in layers}
+          for r in range(len(b))]
+    masks = set_masks(pc, layers, ffn_blocks(model)[0].d_ff)
+    lg, _ = continuation_pass(model, b, cache, select=lambda i, _h: masks[i], layers=layers)
+    worst = 0.0
+    for r in range(len(b)):
+        tp, tc = int(b.prompt_len[r]), int(b.cont_len[r])
+        ref = sliced_reference(model, b.prompt_ids[r, :tp], b.cont_ids[r, :tc], pc[r])
+        worst = max(worst, float((lg[r, :tc] - ref).abs().max()))
+    return worst
 
 
 # ---------------------------------------------------------------------------
 # the two observations: stability and similarity
 
 
-def stability(acts_list: Sequence[list[torch.Tensor]], n_prompt: Sequence[int], layers: Sequence[int],
-              token_sparsity: float, sparsity: float, groups: Sequence[str] | None = None) -> dict[str, float]:
-    """The paper's stability observation: Jaccard of a prompt's and its continuation's core sets, averaged over layers.
+def multi_hot(sets: Sequence[dict[int, torch.Tensor]], layer: int, d_ff: int) -> np.ndarray:
+    """``(n, d_ff)`` 0/1 matrix of the units' sets at ``layer``."""
+    x = np.zeros((len(sets), d_ff))
+    for r, s in enumerate(sets):
+        x[r, s[layer].numpy()] = 1.0
+    return x
 
-    Args:
-        acts_list: per item, the dense pre-activations ``(T + C, d_ff)`` per layer
-            of the prompt followed by its continuation.
-        n_prompt: per item, the prompt length ``T``.
 
-        groups: per item, its family; when given, the "other" continuation is the
-            next item's *of the same family* (cyclically within the family), so
-            the two continuations differ in content, not in format.
+def jaccard_matrix(a: Sequence[dict[int, torch.Tensor]], b: Sequence[dict[int, torch.Tensor]],
+                   layers: Sequence[int], d_ff: int) -> np.ndarray:
+    """``(n_a, n_b)`` Jaccard of ``a[r]`` and ``b[q]``'s sets, averaged over ``layers``."""
+    out = np.zeros((len(a), len(b)))
+    for i in layers:
+        xa, xb = multi_hot(a, i, d_ff), multi_hot(b, i, d_ff)
+        inter = xa @ xb.T
+        union = xa.sum(1)[:, None] + xb.sum(1)[None] - inter
+        out += np.where(union > 0, inter / np.maximum(union, 1), 1.0)
+    return out / len(layers)
 
-    Returns ``{"self": ..., "other": ..., "random": ...}``: ``self`` pairs a
-    prompt with its own continuation, ``other`` with the next item's, ``random``
-    is the expected Jaccard of two random ``k``-sets, ``g / (2 - g)`` with ``g = k / d_ff``.
+
+def stability(prompt_core: Sequence[dict], cont_core: Sequence[dict], units: Sequence[Unit],
+              layers: Sequence[int], d_ff: int, sparsity: float) -> dict[str, np.ndarray | float]:
+    """The paper's stability observation, per unit: Jaccard of the prompt's core set with
+
+    its own continuation's (``self``), with the continuation of the next unit on another topic
+    (``other topic``) and of its same-topic partner, which shares no sentence with it
+    (``same topic``); ``random`` is the expected Jaccard of two random ``k``-sets,
+    ``g / (2 - g)`` with ``g = k / d_ff``.
     """
-    n = len(acts_list)
-    if n < 2 or len(n_prompt) != n:
-        raise ValueError("stability needs at least two items and one prompt length per item")
-    if groups is None:
-        partner = [(j + 1) % n for j in range(n)]
-    else:
-        if len(groups) != n:
-            raise ValueError("stability needs one group per item")
-        members: dict[str, list[int]] = {}
-        for j, g_ in enumerate(groups):
-            members.setdefault(g_, []).append(j)
-        if any(len(v) < 2 for v in members.values()):
-            raise ValueError("every group needs at least two items")
-        partner = [0] * n
-        for v in members.values():
-            for r, j in enumerate(v):
-                partner[j] = v[(r + 1) % len(v)]
-    pre = [{i: core_neurons(a[i][:t], token_sparsity, sparsity) for i in layers}
-           for a, t in zip(acts_list, n_prompt)]
-    post = [{i: core_neurons(a[i][t:], token_sparsity, sparsity) for i in layers}
-            for a, t in zip(acts_list, n_prompt)]
-    self_j = [np.mean([jaccard(pre[j][i], post[j][i]) for i in layers]) for j in range(n)]
-    other_j = [np.mean([jaccard(pre[j][i], post[partner[j]][i]) for i in layers]) for j in range(n)]
-    d_ff = acts_list[0][0].shape[1]
+    n = len(units)
+    if n < 2 or len(prompt_core) != n or len(cont_core) != n:
+        raise ValueError("stability needs at least two units and one core set of each kind per unit")
+    J = jaccard_matrix(prompt_core, cont_core, layers, d_ff)
+    oth = other_topic([u.topic for u in units])
     g = budget(d_ff, sparsity) / d_ff
-    return {"self": float(np.mean(self_j)), "other": float(np.mean(other_j)), "random": g / (2 - g)}
+    return {"self": np.diag(J).copy(), "other topic": J[np.arange(n), oth],
+            "same topic": J[np.arange(n), [u.partner for u in units]], "random": g / (2 - g)}
 
 
-def similarity(acts_list: Sequence[list[torch.Tensor]], labels: Sequence[str], layers: Sequence[int],
-               token_sparsity: float, sparsity: float) -> tuple[dict[str, float], np.ndarray, list[str]]:
-    """The paper's similarity observation: mean Jaccard of whole-prompt core sets, same label vs different labels.
+def similarity(prompt_core: Sequence[dict], labels: Sequence[str], layers: Sequence[int],
+               d_ff: int) -> tuple[dict[str, np.ndarray], np.ndarray, list[str], np.ndarray]:
+    """The paper's similarity observation: per unit, the mean Jaccard of its prompt's core set with
 
-    Returns:
-        ``({"within": ..., "across": ...}, M, names)`` where ``M[a, b]`` is the
-        mean Jaccard between prompts labelled ``names[a]`` and ``names[b]``
-        (distinct prompts only on the diagonal).
+    the other prompts on its topic (``within``) and on other topics (``across``). Also returns
+    the topic-by-topic mean matrix ``M`` (distinct prompts only), its ``names`` and the full
+    ``(n, n)`` Jaccard matrix.
     """
-    if len(acts_list) != len(labels) or len(labels) < 2:
-        raise ValueError("similarity needs one label per prompt and at least two prompts")
-    J = core_jaccard_matrix(acts_list, layers, token_sparsity, sparsity)
-    n = len(J)
+    n = len(labels)
+    if n < 3 or len(prompt_core) != n:
+        raise ValueError("similarity needs at least three prompts and one label per prompt")
+    J = jaccard_matrix(prompt_core, prompt_core, layers, d_ff)
     lab = np.asarray(labels)
     same = (lab[:, None] == lab[None, :]) & ~np.eye(n, dtype=bool)
     diff = lab[:, None] != lab[None, :]
+    if not same.any(axis=1).all() or not diff.any(axis=1).all():
+        raise ValueError("every prompt needs another prompt on its topic and one on another topic")
+    within = (J * same).sum(1) / same.sum(1)
+    across = (J * diff).sum(1) / diff.sum(1)
     names = sorted(set(labels), key=list(labels).index)
     off = ~np.eye(n, dtype=bool)
-    M = np.full((len(names), len(names)), np.nan)
-    for r, a in enumerate(names):
-        for q, b in enumerate(names):
-            pick = np.ix_(lab == a, lab == b)
-            vals = J[pick][off[pick]]
-            if vals.size:
-                M[r, q] = vals.mean()
-    within = float(J[same].mean()) if same.any() else float("nan")
-    return {"within": within, "across": float(J[diff].mean())}, M, names
-
-
-def core_jaccard_matrix(acts_list: Sequence[list[torch.Tensor]], layers: Sequence[int],
-                        token_sparsity: float, sparsity: float) -> np.ndarray:
-    """``(n, n)`` Jaccard of whole-prompt core sets, averaged over ``layers`` (1 on the diagonal)."""
-    cores = [{i: core_neurons(a[i], token_sparsity, sparsity) for i in layers} for a in acts_list]
-    n = len(cores)
-    J = np.eye(n)
-    for x in range(n):
-        for y in range(x + 1, n):
-            J[x, y] = J[y, x] = np.mean([jaccard(cores[x][i], cores[y][i]) for i in layers])
-    return J
+    M = np.array([[J[np.ix_(lab == a, lab == c)][off[np.ix_(lab == a, lab == c)]].mean() for c in names]
+                  for a in names])
+    return {"within": within, "across": across}, M, names, J
 
 
 def token_jaccard_matrix(token_ids: Sequence[Sequence[int]]) -> np.ndarray:
@@ -343,30 +339,32 @@ def token_jaccard_matrix(token_ids: Sequence[Sequence[int]]) -> np.ndarray:
     return T
 
 
-def token_overlap_control(core_j: np.ndarray, token_j: np.ndarray, labels: Sequence[str]) -> dict[str, float]:
+def token_overlap_control(core_j: np.ndarray, token_j: np.ndarray, labels: Sequence[str]) -> dict:
     """[reconstruction] The similarity observation with token overlap held fixed.
 
-    Over all pairs of distinct prompts, least squares of the core-set Jaccard on
-    an intercept, the pair's token-set Jaccard and a same-label indicator:
-    ``J_core = b0 + b_tok * J_tok + b_same * [same label]``. ``b_same`` is the
-    same-topic gain in core-set Jaccard at equal token overlap (NaN when there is
-    no same-label pair or no different-label pair).
+    Over all pairs of distinct prompts, least squares of the core-set Jaccard on an
+    intercept, the pair's token-set Jaccard and a same-label indicator:
+    ``J_core = b0 + b_tok * J_tok + b_same * [same label]``. Per unit, the same-topic gain at
+    equal token overlap is the mean residual of ``J_core - b0 - b_tok J_tok`` over its
+    same-topic pairs minus that over its other-topic pairs (its mean is close to ``b_same``).
 
-    Returns ``{"same-topic effect": b_same, "token slope": b_tok, "token J within": ...,
-    "token J across": ...}`` (the last two: mean token Jaccard of same- and different-label pairs).
+    Returns ``{"per unit": (n,), "same-topic effect": b_same, "token slope": b_tok,
+    "token J within": ..., "token J across": ...}``.
     """
     n = len(labels)
     if core_j.shape != (n, n) or token_j.shape != (n, n) or n < 3:
         raise ValueError("token_overlap_control needs two (n, n) matrices, n >= 3, and one label per prompt")
     lab = np.asarray(labels)
+    same_m = lab[:, None] == lab[None, :]
     iu = np.triu_indices(n, 1)
-    same = (lab[:, None] == lab[None, :])[iu].astype(float)
+    same = same_m[iu].astype(float)
+    if not 0 < same.sum() < len(same):
+        raise ValueError("token_overlap_control needs same-label and different-label pairs")
     y, t = core_j[iu], token_j[iu]
-    out = {"same-topic effect": float("nan"), "token slope": float("nan"),
-           "token J within": float(t[same == 1].mean()) if same.any() else float("nan"),
-           "token J across": float(t[same == 0].mean()) if (same == 0).any() else float("nan")}
-    if 0 < same.sum() < len(same):
-        X = np.column_stack([np.ones_like(y), t, same])
-        coef = np.linalg.lstsq(X, y, rcond=None)[0]
-        out["same-topic effect"], out["token slope"] = float(coef[2]), float(coef[1])
-    return out
+    coef = np.linalg.lstsq(np.column_stack([np.ones_like(y), t, same]), y, rcond=None)[0]
+    resid = core_j - coef[0] - coef[1] * token_j
+    off = ~np.eye(n, dtype=bool)
+    w, a = same_m & off, ~same_m
+    per_unit = (resid * w).sum(1) / np.maximum(w.sum(1), 1) - (resid * a).sum(1) / np.maximum(a.sum(1), 1)
+    return {"per unit": per_unit, "same-topic effect": float(coef[2]), "token slope": float(coef[1]),
+            "token J within": float(t[same == 1].mean()), "token J across": float(t[same == 0].mean())}
