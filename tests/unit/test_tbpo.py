@@ -359,6 +359,19 @@ def test_config_presets_and_replace():
         dataclasses.replace(book, tbpo_member="hinge")
 
 
+def test_token_testbed_config_changes_only_labels_methods_and_evaluation_spacing():
+    from minirepro.papers.tbpo.train import TOKEN_METHODS
+
+    for scale in ("smoke", "book"):
+        cfg = Config.preset(scale, seed=7)
+        tok = cfg.token_testbed()
+        assert tok.labels == "token" and tok.methods == TOKEN_METHODS == ("DPO", "IPO", "SimPO", "TBPO-Q", "TBPO-A")
+        assert tok.eval_every == 2 * cfg.eval_every
+        same = {f.name for f in dataclasses.fields(Config)} - {"labels", "methods", "eval_every"}
+        assert all(getattr(tok, n) == getattr(cfg, n) for n in same)
+        assert cfg.labels == "sequence" and tok.seeds == cfg.seeds  # the original is unchanged
+
+
 def test_per_seed_headline_and_pairing_on_a_known_table():
     import pandas as pd
 

@@ -1,4 +1,4 @@
-"""Tests of TBPO's second setting: the shipped v2 substrate LM with a programmatic text reward."""
+"""Tests of TBPO's second setting: the tiny substrate LM lm-smoke with a programmatic text reward."""
 
 from __future__ import annotations
 
@@ -70,8 +70,8 @@ def test_every_topic_has_a_vocabulary_and_bad_inputs_raise():
         S.topic_vocabulary("jungle")
     with pytest.raises(ValueError, match="topic"):
         S.LMSettingConfig(topic="jungle")
-    with pytest.raises(ValueError, match="substrate"):
-        S.LMSettingConfig(substrate="huge")
+    with pytest.raises(ValueError, match="model_name"):
+        S.LMSettingConfig(model_name="")
     with pytest.raises(ValueError, match="unknown methods"):
         S.LMSettingConfig(methods=("DPO", "PPO"))
     with pytest.raises(ValueError, match="beta"):
@@ -221,7 +221,7 @@ def test_training_is_deterministic_and_starts_at_the_reference(lm, prompt_ids):
         S.train_lm_method("PPO", lm, prompt_ids, prefs, cfg, seed=0)
 
 
-# ---------------------------------------------------------------- v2 substrate specifics
+# ---------------------------------------------------------------- substrate specifics
 
 def test_reference_logprobs_match_a_direct_forward_pass(lm, prompt_ids):
     """The stored reference log-probs are those of the loaded model, one sequence at a time."""
@@ -326,3 +326,43 @@ def test_model_name_is_a_config_field():
 
     assert Config.preset("smoke").model_name is None
     assert S.LMSettingConfig.preset("smoke", model_name="/x").model_name == "/x"
+    assert S.LMSettingConfig.preset("book").model_name == "lm-smoke"  # the same model at every scale
+
+
+def test_chapter_config_reads_only_the_shared_parameters():
+    """The page's parameters cell gives the LM config: scale, seed, n_seeds, tbpo_member and
+    model_name pass through (None: the preset's); the token-MDP parameters do not."""
+    params = {"scale": "book", "seed": 10, "n_seeds": None, "steps": 999, "n_pairs": 7, "beta": 5.0,
+              "lr": 1.0, "tbpo_member": "logistic", "model_name": None}
+    cfg = S.chapter_config(params)
+    book = S.LMSettingConfig.preset("book")
+    assert cfg.seeds == [10, 11, 12] and cfg.model_name == "lm-smoke"
+    assert (cfg.steps, cfg.n_pairs, cfg.beta, cfg.lr) == (book.steps, book.n_pairs, book.beta, book.lr)
+    cfg = S.chapter_config({**params, "scale": "smoke", "n_seeds": 2, "tbpo_member": "kliep", "model_name": "/m"})
+    assert cfg.seeds == [10, 11] and cfg.tbpo_member == "kliep" and cfg.model_name == "/m"
+    assert cfg.n_pairs == S.LMSettingConfig.preset("smoke").n_pairs
+    with pytest.raises(KeyError):
+        S.chapter_config({"seed": 1})
+    with pytest.raises(ValueError, match="tbpo_member"):
+        S.chapter_config({**params, "tbpo_member": "hinge"})
+
+
+def test_topic_word_rate_counts_topic_words_per_response(lm, prompt_ids):
+    cfg = _cfg(n_pairs=40)
+    prefs = S.make_lm_preferences(lm, prompt_ids, cfg, seed=7)
+    vocab = S.topic_vocabulary("ocean")
+    counts = []  # brute force: decode each response on its own
+    for key, lk in (("chosen", "len_chosen"), ("rejected", "len_rejected")):
+        for row, n in zip(prefs[key], prefs[lk]):
+            words = lm.tokenizer.decode(row[: int(n)].tolist(), skip_special_tokens=True).split()
+            counts.append(sum(w in vocab for w in words))
+    assert S.topic_word_rate(lm.tokenizer, prefs, cfg) == pytest.approx(float(np.mean(counts)))
+    # a pair whose responses are known words: 2 ocean words in 2 responses
+    ids = lm.tokenizer(" whale wave oak", add_special_tokens=False)["input_ids"]
+    row = torch.tensor([ids + [lm.tokenizer.pad_token_id] * 2])
+    known = {"chosen": row, "rejected": row, "len_chosen": torch.tensor([len(ids)]),
+             "len_rejected": torch.tensor([len(ids)])}
+    assert S.topic_word_rate(lm.tokenizer, known, cfg) == pytest.approx(2.0)
+    empty = {k: v[:0] for k, v in known.items()}
+    with pytest.raises(ValueError, match="no responses"):
+        S.topic_word_rate(lm.tokenizer, empty, cfg)

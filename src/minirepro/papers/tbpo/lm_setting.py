@@ -1,8 +1,9 @@
-"""TBPO's second setting: the book's shipped substrate language model and a programmatic reward.
+"""TBPO's second setting: a small shipped language model and a programmatic reward.
 
-The reference policy (and the start of every trained policy) is the substrate's Llama-style
-model, loaded from its checked artifact (``minirepro.core.lm.load_substrate``: ``lm-book``
-at book scale, ``lm-smoke`` at smoke scale); nothing is pre-trained here. Prompts are the
+The reference policy (and the start of every trained policy) is the tiny Llama-style substrate
+model ``lm-smoke`` (139,584 weights, built on the CPU and shipped as a checked artifact), at
+every scale; ``model_name`` names another (``minirepro.core.lm.load_model``: a substrate
+artifact, a pretrained model or a local folder). Nothing is pre-trained here. Prompts are the
 distinct openings of the substrate corpus's ``text`` family (``"text : the"``, ``"text : a"``, ...),
 read from its validation split; a response is at most ``max_new_tokens`` sampled tokens (the
 end token, if sampled, is the last one). The reward is computed from the decoded words:
@@ -31,15 +32,14 @@ from minirepro.core.lm.corpus import TOPICS
 from minirepro.papers.tbpo import losses as L
 from minirepro.papers.tbpo.train import METHODS, method_loss
 
-SUBSTRATES = ("smoke", "book")
+CORPUS = "smoke"  # the substrate preset whose corpus gives the prompts (lm-smoke's own corpus)
 
 
 @dataclass
 class LMSettingConfig(ScaledConfig):
-    """The LM setting: which shipped substrate model, the reward, the preference data, training."""
+    """The LM setting: which model, the reward, the preference data, training."""
 
-    substrate: str = "book"        # shipped substrate model used as the reference {smoke, book}
-    model_name: str | None = None  # a local checkpoint folder (or hub id) used instead of the shipped model
+    model_name: str = "lm-smoke"   # the reference model (load_model: an artifact, pretrained model or folder)
     topic: str = "ocean"           # reward topic (a key of corpus.TOPICS)
     length_penalty: float = 0.2    # reward cost per generated word
     n_prompts: int = 5             # distinct corpus openings used as prompts
@@ -58,7 +58,7 @@ class LMSettingConfig(ScaledConfig):
     methods: tuple[str, ...] = ("DPO", "TBPO-A")
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {"substrate": "smoke", "n_pairs": 32, "steps": 4, "n_eval": 6, "eval_every": 4,
+        "smoke": {"n_pairs": 32, "steps": 4, "n_eval": 6, "eval_every": 4,
                   "n_seeds": 1},
         "book": {},
         "full": {"n_pairs": 2048, "steps": 200, "n_eval": 128, "eval_every": 20, "n_seeds": 5,
@@ -66,8 +66,8 @@ class LMSettingConfig(ScaledConfig):
     }
 
     def __post_init__(self) -> None:
-        if self.substrate not in SUBSTRATES:
-            raise ValueError(f"substrate must be one of {SUBSTRATES}, got {self.substrate!r}")
+        if not isinstance(self.model_name, str) or not self.model_name.strip():
+            raise ValueError(f"model_name must be a non-empty string, got {self.model_name!r}")
         if self.topic not in TOPICS:
             raise ValueError(f"topic must be one of {list(TOPICS)}, got {self.topic!r}")
         unknown = [m for m in self.methods if m not in METHODS]
@@ -81,6 +81,21 @@ class LMSettingConfig(ScaledConfig):
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not self.beta > 0:
             raise ValueError(f"beta must be positive, got {self.beta}")
+
+
+def chapter_config(params: dict[str, Any]) -> LMSettingConfig:
+    """The LM setting's config for the chapter's parameters cell ``params`` (its ``globals()``).
+
+    Reads only the parameters the two settings share: ``scale`` (the preset), ``seed`` (the
+    first seed), ``n_seeds`` (``None``: the preset's), ``tbpo_member`` and ``model_name``
+    (``None``: the preset's model, ``lm-smoke``). The token-MDP parameters (``steps``,
+    ``n_pairs``, ``beta``, ``lr``) do not apply here.
+
+    Raises:
+        KeyError: ``params`` lacks ``scale``.
+    """
+    return LMSettingConfig.preset(params["scale"], seed=params.get("seed"), n_seeds=params.get("n_seeds"),
+                                  tbpo_member=params.get("tbpo_member"), model_name=params.get("model_name"))
 
 
 # ---------------------------------------------------------------------------- the reward
@@ -197,6 +212,17 @@ def make_lm_preferences(sub: Substrate, prompt_ids: torch.Tensor, cfg: LMSetting
     rt = torch.as_tensor(r, dtype=torch.float32)
     return {"prompt": idx, "chosen": y[w, ar], "rejected": y[lo, ar], "len_chosen": n[w, ar],
             "len_rejected": n[lo, ar], "r_chosen": rt[w, ar], "r_rejected": rt[lo, ar]}
+
+
+def topic_word_rate(tokenizer, prefs: dict[str, torch.Tensor], cfg: LMSettingConfig) -> float:
+    """Topic words per response in the reference samples of one seed's pairs (chosen and
+    rejected together): the skill the LM claim needs, measured on the reference model."""
+    vocab = topic_vocabulary(cfg.topic)
+    words = (response_words(tokenizer, prefs["chosen"], prefs["len_chosen"])
+             + response_words(tokenizer, prefs["rejected"], prefs["len_rejected"]))
+    if not words:
+        raise ValueError("prefs holds no responses")
+    return float(np.mean([sum(w in vocab for w in ws) for ws in words]))
 
 
 # ---------------------------------------------------------------------- the policy, stats
@@ -345,27 +371,29 @@ class LMExperiment:
     prompts: list[str]
     evals: pd.DataFrame
     prefs: dict[str, torch.Tensor]  # the first seed's pairs
+    topic_rate: dict[int, float]    # per seed: topic words per reference response in its pairs
 
 
 def run_lm_experiment(cfg: LMSettingConfig) -> LMExperiment:
-    """Load the shipped substrate (no training); for each seed of ``cfg.seeds`` draw preference
-    pairs and train every method of ``cfg.methods`` from the substrate model.
+    """Load ``cfg.model_name`` (no training); for each seed of ``cfg.seeds`` draw preference
+    pairs and train every method of ``cfg.methods`` from that model.
 
-    With ``cfg.model_name`` (a local checkpoint folder, or a hub id when online) that model and
-    its tokenizer replace the shipped ones (``load_substrate(..., model_name=...)``); the prompts
-    still come from the preset's corpus."""
-    sub = load_substrate(cfg.substrate, model_name=cfg.model_name)
+    The model and its tokenizer come from ``load_substrate(CORPUS, model_name=cfg.model_name)``
+    (``"lm-smoke"``: the shipped artifact; a local checkpoint folder works the same way); the
+    prompts come from lm-smoke's corpus whatever the model."""
+    sub = load_substrate(CORPUS, model_name=cfg.model_name)
     prompts = corpus_prompts(sub, cfg.n_prompts)
     prompt_ids = encode_prompts(sub.tokenizer, prompts)
     start = evaluate_lm(LMPolicy(sub.model), sub, prompt_ids, cfg)  # the reference itself
-    evals, first = [], None
+    evals, first, rate = [], None, {}
     for s in cfg.seeds:
         prefs = make_lm_preferences(sub, prompt_ids, cfg, seed=s)
         first = prefs if first is None else first
+        rate[s] = topic_word_rate(sub.tokenizer, prefs, cfg)
         ref_lp = pair_reference_logprobs(sub, prompt_ids, prefs)
         for m in cfg.methods:
             evals.append(train_lm_method(m, sub, prompt_ids, prefs, cfg, s, ref_lp, start))
-    return LMExperiment(cfg, sub, prompts, pd.concat(evals, ignore_index=True), first)
+    return LMExperiment(cfg, sub, prompts, pd.concat(evals, ignore_index=True), first, rate)
 
 
 def lm_final(evals: pd.DataFrame) -> pd.DataFrame:
@@ -377,7 +405,7 @@ def lm_final(evals: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([last, ref], ignore_index=True)
 
 
-def plot_lm_frontier(evals: pd.DataFrame):
+def plot_lm_frontier(evals: pd.DataFrame, model: str = "lm-smoke"):
     """Seed-mean path of each method in the (KL to reference, true reward) plane."""
     import matplotlib.pyplot as plt
 
@@ -389,11 +417,11 @@ def plot_lm_frontier(evals: pd.DataFrame):
         ax.plot(g["kl_ref"], g["reward"], "-o", ms=3, color=color(m), label=m)
         ax.plot(g["kl_ref"].iloc[-1], g["reward"].iloc[-1], "o", ms=8, color=color(m), markeredgecolor="black")
     r0 = evals[evals["step"] == 0][["kl_ref", "reward"]].mean()
-    ax.plot(r0["kl_ref"], r0["reward"], "s", ms=9, color=color("reference"), label="reference (substrate LM)",
+    ax.plot(r0["kl_ref"], r0["reward"], "s", ms=9, color=color("reference"), label=f"reference ({model})",
             linestyle="none")
     ax.set_xlabel("KL(pi || pi_ref) per response (nats, estimated from samples)")
     ax.set_ylabel("true reward of the policy's samples")
-    ax.set_title("Tiny LM: reward against KL to the reference (mean of seeds)")
+    ax.set_title(f"{model}: reward against KL to the reference (mean of seeds)")
     ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     return fig

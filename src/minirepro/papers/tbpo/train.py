@@ -8,6 +8,7 @@ whole prefix; the true optimum only needs ``(t, y_{t-1})``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -46,6 +47,7 @@ METHODS: dict[str, tuple[str, str, float]] = {
     "SimPO": ("simpo", "logistic", 1.0),
 }
 LABELS: tuple[str, ...] = ("sequence", "token")
+TOKEN_METHODS: tuple[str, ...] = ("DPO", "IPO", "SimPO", "TBPO-Q", "TBPO-A")  # the token-level testbed
 
 
 @dataclass
@@ -97,6 +99,12 @@ class Config(ScaledConfig):
         for name in ("n_pairs", "steps", "batch_size", "eval_every", "n_eval", "n_seeds", "fit_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+    def token_testbed(self) -> Config:
+        """The config of the token-level testbed: the same sizes, token-level Bradley-Terry labels
+        (on Q*), the methods :data:`TOKEN_METHODS` (IPO and SimPO added, TDPO left out), and an
+        evaluation every ``2 * eval_every`` steps (for the time budget)."""
+        return dataclasses.replace(self, labels="token", methods=TOKEN_METHODS, eval_every=2 * self.eval_every)
 
     def make_mdp(self) -> TokenMDP:
         """The testbed this config describes."""
