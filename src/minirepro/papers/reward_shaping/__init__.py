@@ -29,7 +29,15 @@ from minirepro.papers.reward_shaping.data import (
     split_facts,
     utility,
 )
-from minirepro.papers.reward_shaping.experiment import LOW, Config, Run, Shaper, probes_from, run_experiment
+from minirepro.papers.reward_shaping.experiment import (
+    LOW,
+    Config,
+    Run,
+    Shaper,
+    load_backbone,
+    probes_from,
+    run_experiment,
+)
 from minirepro.papers.reward_shaping.features import StateCache, last_token_states
 from minirepro.papers.reward_shaping.metrics import BundleStates, preference_rate, probe_accuracy
 from minirepro.papers.reward_shaping.shaping import (
@@ -42,7 +50,7 @@ from minirepro.papers.reward_shaping.shaping import (
 __all__ = ["BIASES", "BUNDLE", "CONTRASTS", "LOW", "PLANTED", "PLANTED_SIGN", "plots", "BTFit",
            "BundleStates", "Config", "Fact", "Question", "Response", "RewardHead", "Run", "Shaper",
            "StateCache", "bt_loss", "clean_probe", "contrast_pairs", "diff_of_means_probe",
-           "fact_bank", "features", "gram_schmidt", "last_token_states", "make_bundles",
+           "fact_bank", "features", "gram_schmidt", "last_token_states", "load_backbone", "make_bundles",
            "make_preferences", "make_question", "preference_rate", "probe_accuracy", "probes_from",
            "project_out", "run_experiment", "split_facts", "train_bt", "utility"]
 

@@ -40,11 +40,11 @@ class Config(ScaledConfig):
     """Sizes of the miniature (see the page's parameters cell)."""
 
     model_name: str = "smollm2-135m"
-    n_train: int = 32
+    n_train: int = 24
     n_candidates: int = 4
-    n_eval: int = 20
-    n_probe: int = 10
-    probe_sizes: tuple[int, ...] = (2, 4, 8, 10)
+    n_eval: int = 16
+    n_probe: int = 8
+    probe_sizes: tuple[int, ...] = (2, 4, 8)
     hidden: int = 0
     steps: int = 400
     lr: float = 1e-2
@@ -112,15 +112,36 @@ class Run:
     eval_sets: list[BundleStates] = field(default_factory=list)         # per seed
     probe_sets: list[BundleStates] = field(default_factory=list)        # per seed
 
+    def extend(self, other: Run) -> Run:
+        """This run with ``other``'s seeds appended (the same config; seconds add up)."""
+        if other.cfg != self.cfg:
+            raise ValueError("cannot join runs of different configs")
+        cat = lambda a, b: pd.concat([a, b], ignore_index=True)  # noqa: E731
+        return Run(self.cfg, cat(self.per_seed, other.per_seed), cat(self.probe_curve, other.probe_curve),
+                   cat(self.probe_acc, other.probe_acc), self.curves + other.curves,
+                   cat(self.shares, other.shares), self.n_texts + other.n_texts, self.n_pairs + other.n_pairs,
+                   {k: self.seconds.get(k, 0.0) + other.seconds.get(k, 0.0)
+                    for k in set(self.seconds) | set(other.seconds)},
+                   self.d_model, self.heads + other.heads, self.probes + other.probes,
+                   self.eval_sets + other.eval_sets, self.probe_sets + other.probe_sets)
 
-def run_experiment(cfg: Config) -> Run:
-    """Train one RM head per seed of ``cfg.seeds`` on that seed's fresh pairs, probe, null and
-    measure every arm [reconstruction of §4]."""
-    seeds = cfg.seeds
+
+def load_backbone(cfg: Config):
+    """The frozen backbone (the decoder without its LM head) and tokenizer that ``cfg`` names."""
+    model, tok = load_model(cfg.model_name)
+    return (model.get_decoder() if hasattr(model, "get_decoder") else model.model), tok
+
+
+def run_experiment(cfg: Config, seeds: list[int] | None = None, backbone=None) -> Run:
+    """Train one RM head per seed (``seeds``, default ``cfg.seeds``) on that seed's fresh pairs,
+    probe, null and measure every arm [reconstruction of §4]. ``backbone``: a
+    ``(decoder, tokenizer)`` from :func:`load_backbone` to reuse (else it is loaded)."""
+    seeds = list(cfg.seeds if seeds is None else seeds)
+    if not seeds:
+        raise ValueError("no seeds to run")
     t0 = time.perf_counter()
     set_seed(seeds[0])
-    model, tok = load_model(cfg.model_name)
-    backbone = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    backbone, tok = backbone if backbone is not None else load_backbone(cfg)
     t_load = time.perf_counter() - t0
     t_feat = 0.0
     rows, curve_rows, acc_rows, share_rows, curves, heads = [], [], [], [], [], []
