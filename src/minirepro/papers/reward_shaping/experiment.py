@@ -132,6 +132,29 @@ def load_backbone(cfg: Config):
     return (model.get_decoder() if hasattr(model, "get_decoder") else model.model), tok
 
 
+def score_arms(cfg: Config, s: int, head: RewardHead, probes: dict[str, np.ndarray],
+               raw_probes: dict[str, np.ndarray], ps: BundleStates, es: BundleStates
+               ) -> tuple[list[dict], list[dict]]:
+    """One seed's rows: every arm's metrics on the evaluation bundles, and the probe-size curve
+    (probes from ``n`` random probe bundles for each ``n`` of ``cfg.probe_sizes``)."""
+    arms = {"raw": Shaper(head),
+            "shaped (low)": Shaper(head, basis_of(probes, LOW), cfg.alpha),
+            "uncleaned (low)": Shaper(head, basis_of(raw_probes, LOW), cfg.alpha),
+            "shaped (length, position)": Shaper(head, basis_of(probes, FIRST), cfg.alpha),
+            "shaped (all)": Shaper(head, basis_of(probes, BIASES), cfg.alpha)}
+    rows = [{"seed": s, "arm": arm, **es.score(f)} for arm, f in arms.items()]
+    curve_rows = []
+    rng = np.random.default_rng([s, 2])
+    for n in cfg.probe_sizes:
+        if n > cfg.n_probe:
+            raise ValueError(f"probe size {n} exceeds the {cfg.n_probe} probe bundles")
+        idx = rng.choice(cfg.n_probe, size=n, replace=False)
+        m = es.score(Shaper(head, basis_of(probes_from(ps, idx, biases=LOW), LOW), cfg.alpha))
+        curve_rows.append({"seed": s, "n_probe": n, "accuracy": m["accuracy"],
+                           "low_strength": float(np.mean([m[f"strength/{b}"] for b in LOW]))})
+    return rows, curve_rows
+
+
 def run_experiment(cfg: Config, seeds: list[int] | None = None, backbone=None) -> Run:
     """Train one RM head per seed (``seeds``, default ``cfg.seeds``) on that seed's fresh pairs,
     probe, null and measure every arm [reconstruction of §4]. ``backbone``: a
@@ -175,21 +198,9 @@ def run_experiment(cfg: Config, seeds: list[int] | None = None, backbone=None) -
         acc_rows.append({"seed": s, **{b: probe_accuracy(probes[b], *es.pair(b)) for b in BIASES},
                          "correctness": probe_accuracy(corr, *es.pair("correctness")),
                          "length_ood": probe_accuracy(probes["length"], *es.pair("length_ood"))})
-        arms = {"raw": Shaper(fit.head),
-                "shaped (low)": Shaper(fit.head, basis_of(probes, LOW), cfg.alpha),
-                "uncleaned (low)": Shaper(fit.head, basis_of(raw_probes, LOW), cfg.alpha),
-                "shaped (length, position)": Shaper(fit.head, basis_of(probes, FIRST), cfg.alpha),
-                "shaped (all)": Shaper(fit.head, basis_of(probes, BIASES), cfg.alpha)}
-        for arm, f in arms.items():
-            rows.append({"seed": s, "arm": arm, **es.score(f)})
-        rng = np.random.default_rng([s, 2])
-        for n in cfg.probe_sizes:
-            if n > cfg.n_probe:
-                raise ValueError(f"probe size {n} exceeds the {cfg.n_probe} probe bundles")
-            idx = rng.choice(cfg.n_probe, size=n, replace=False)
-            m = es.score(Shaper(fit.head, basis_of(probes_from(ps, idx, biases=LOW), LOW), cfg.alpha))
-            curve_rows.append({"seed": s, "n_probe": n, "accuracy": m["accuracy"],
-                               "low_strength": float(np.mean([m[f"strength/{b}"] for b in LOW]))})
+        arm_rows, c_rows = score_arms(cfg, s, fit.head, probes, raw_probes, ps, es)
+        rows += arm_rows
+        curve_rows += c_rows
         evals.append(es)
         probe_sets.append(ps)
     secs = {"load": t_load, "features": t_feat, "total": time.perf_counter() - t0}
