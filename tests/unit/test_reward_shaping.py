@@ -8,6 +8,8 @@ sequence-classification pooling (the head's input h).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -121,6 +123,14 @@ def test_bad_input_raises_clearly():
         rs.contrast_pairs("length", 0, 0)
     with pytest.raises(ValueError, match="unknown bias"):
         rs.contrast_pairs("verbosity", 4, 0)
+    with pytest.raises(ValueError, match="n >= 1 questions"):
+        rs.make_bundles(0, 0)
+    with pytest.raises(ValueError, match="n_questions >= 1"):
+        rs.make_preferences(0, 0)
+    with pytest.raises(ValueError, match="no facts"):
+        rs.make_question(np.random.default_rng(0), ())
+    with pytest.raises(ValueError, match="batch_size"):
+        rs.StateCache(None, None, batch_size=0)
     with pytest.raises(ValueError, match="states must be"):
         rs.RewardHead(4).reward(np.ones((2, 3)))
     with pytest.raises(ValueError, match="same shape|one shape"):
@@ -167,38 +177,120 @@ def test_bt_loss_closed_form():
 
 
 def test_planted_correlations_in_training_pairs():
-    pool = rs.make_preferences(3000, 7)
-    assert abs(pool.shares["chosen_longer"] - 0.85) < 0.03
-    # with the correct option at a 70% of the time, correct-and-at-a choices dominate
-    assert pool.shares["chosen_at_a"] > 0.45
-    assert pool.shares["chosen_correct"] > 0.6
-    # the planted utility read back: a hedged response is chosen less often than chance
-    hedged = [(a[0]["hedge"], a[1]["hedge"]) for a in pool.attrs]
-    diff = [h for h in hedged if h[0] != h[1]]
-    assert np.mean([h[0] for h in diff]) < 0.45
+    """The planted utility read back from the labels: verbose and agreeing responses are chosen
+    more often, hedged ones less, correct ones far more; the correct option sits at A 70%."""
+    pool = rs.make_preferences(1500, 7)
+    assert pool.shares["chosen_correct"] > 0.85          # sigmoid(3) = 0.95 before the other terms
+    assert 0.65 < pool.shares["chosen_longer"] < 0.9     # sigmoid(1.5) = 0.82
+    keys = ("correct", "verbose", "hedge", "agree")
+    fc = np.array([[a[0][k] for k in keys] for a in pool.attrs])
+    fr = np.array([[a[1][k] for k in keys] for a in pool.attrs])
+    for col, k in enumerate(keys):   # pairs that differ in this feature alone: P(chosen has it) = sigmoid(beta)
+        only = (fc[:, col] != fr[:, col]) & ((fc != fr).sum(1) == 1)
+        expect = 1 / (1 + np.exp(-rs.PLANTED[k]))
+        se = np.sqrt(expect * (1 - expect) / only.sum())
+        assert only.sum() > 30 and abs(fc[only, col].mean() - expect) < 4 * se + 0.01, k
+    rng = np.random.default_rng(0)
+    at_a = np.mean([rs.make_question(rng, rs.fact_bank(), 0.7).correct_pos == 0 for _ in range(3000)])
+    assert abs(at_a - 0.7) < 0.03
 
 
-@pytest.mark.parametrize("bias", rs.BIASES + ("correctness",))
+def test_split_facts_disjoint_and_deterministic():
+    a = rs.split_facts(3)
+    assert a == rs.split_facts(3) and a != rs.split_facts(4)
+    qs = [{f.question for f in part} for part in a]
+    assert not (qs[0] & qs[1]) and not (qs[0] & qs[2]) and not (qs[1] & qs[2])
+    assert sum(map(len, qs)) == len(rs.fact_bank())
+
+
+def test_bank_answers_are_right_and_in_pools():
+    """Independent check of the fact bank: sums computed, each answer among its options' pool."""
+    for f in rs.fact_bank():
+        assert f.answer in f.pool
+        if f.question.startswith("What is ") and "+" in f.question:
+            a, b = f.question[8:-1].split(" + ")
+            assert int(f.answer) == int(a) + int(b)
+
+
+def _response(text: str) -> str:
+    return text.split("<|im_start|>assistant\n")[1]
+
+
+def _prompt(text: str) -> str:
+    return text.split("<|im_start|>assistant\n")[0]
+
+
+@pytest.mark.parametrize("bias", list(rs.CONTRASTS))
 def test_contrast_pairs_differ_only_in_the_attribute(bias):
-    pos, neg = rs.contrast_pairs(bias, 20, 3)
-    assert len(pos) == len(neg) == 20
-    for a, b in zip(pos, neg):
+    bundles = rs.make_bundles(30, 3)
+    a_key, b_key = rs.CONTRASTS[bias]
+    for x in bundles:
+        a, b = x[a_key], x[b_key]
         assert a != b
-        if bias in ("hedge", "style"):
-            marker = "i am not sure , but" if bias == "hedge" else "certainly !"
-            assert a.replace(" " + marker, "") == b
-        if bias == "length":
-            assert len(a.split()) > len(b.split())
+        if bias in ("length", "length_ood", "hedge", "correctness"):
+            assert _prompt(a) == _prompt(b)          # same question and options
+        if bias in ("length", "length_ood"):
+            assert _response(b)[:-len("<|im_end|>")] in _response(a)   # the concise answer inside
+            assert len(a) > len(b)
+        if bias == "length_ood":
+            assert not any(f in a for f in rs.data.FILL_PRE + rs.data.FILL_POST)
+        if bias == "hedge":
+            assert any(h in _response(a) for h in rs.data.HEDGES)
+            assert not any(h in _response(b) for h in rs.data.HEDGES)
+        la, lb = (re.search(r" ([ABCD])\) ", _response(t)).group(1) for t in (a, b))
         if bias == "position":
-            assert a.split("answer :")[1].strip().split()[-3] == "a"
-            assert b.split("answer :")[1].strip().split()[-3] != "a"
+            assert la == "A" and lb != "A"
+            assert re.sub(r" [ABCD]\) ", " X) ", _response(a)) == re.sub(r" [ABCD]\) ", " X) ", _response(b))
+            assert sorted(_prompt(a).split()) != sorted(_prompt(b).split()) or _prompt(a) != _prompt(b)
+        if bias == "sycophancy":
+            assert _response(a) == _response(b)
+            assert f"I think the answer is {la}." in a and f"I think the answer is {la}." not in b
 
 
 def test_question_rotation_keeps_options():
-    q = rs.make_question(np.random.default_rng(0))
+    q = rs.make_question(np.random.default_rng(0), rs.fact_bank())
     for k in range(4):
-        r = q.with_option_at(q.topic, k)
+        r = q.with_option_at(q.fact.answer, k)
         assert r.correct_pos == k and sorted(r.options) == sorted(q.options)
+    with pytest.raises(ValueError, match="cannot move"):
+        q.with_option_at("not an option", 0)
+
+
+def test_bundle_metrics_against_brute_force():
+    """BundleStates.score on a planted reward (a linear function of toy states that encode each
+    bundle member) equals the rates counted by hand."""
+    bundles = rs.make_bundles(8, 1)
+    table = {t: i for i, t in enumerate(dict.fromkeys(t for b in bundles for t in b.values()))}
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(len(table), 5))
+    states = lambda texts: emb[[table[t] for t in texts]]  # noqa: E731
+    bs = rs.BundleStates(bundles, states)
+    w = rng.normal(size=5)
+    out = bs.score(lambda h: h @ w)
+    r = {t: emb[i] @ w for t, i in table.items()}
+    for k in ("length", "hedge", "position", "sycophancy"):
+        a, b = rs.CONTRASTS[k]
+        expect = np.mean([(r[x[a]] > r[x[b]]) + 0.5 * (r[x[a]] == r[x[b]]) for x in bundles])
+        assert out[f"rate/{k}"] == pytest.approx(expect)
+        assert out[f"excess/{k}"] == pytest.approx(rs.PLANTED_SIGN[k] * (expect - 0.5))
+    assert out["accuracy"] == pytest.approx(np.mean([r[x["base"]] > r[x["wrong"]] for x in bundles]))
+    # a probe equal to w reads the reward's own order
+    assert rs.probe_accuracy(w, *bs.pair("length")) == pytest.approx(out["rate/length"])
+
+
+def test_standardised_head_is_linear_in_h_and_projection_invariant():
+    """With standardize=True the head is still affine in h: the shaped reward is blind to span(B)."""
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(3, 5, size=(40, 6)), rng.normal(3, 5, size=(40, 6))
+    fit = rs.train_bt(a, b, steps=20, seed=0, standardize=True)
+    B = rs.gram_schmidt(rng.normal(size=(2, 6)))
+    h = rng.normal(size=(7, 6)).astype(np.float32)
+    v = (rng.normal(size=(7, 2)) @ B).astype(np.float32)
+    f = rs.Shaper(fit.head, B)
+    np.testing.assert_allclose(f(h + v), f(h), atol=1e-4)
+    x, y, t = h[:1], h[1:2], 0.3
+    mix = fit.head.reward((1 - t) * x + t * y)
+    assert mix[0] == pytest.approx((1 - t) * fit.head.reward(x)[0] + t * fit.head.reward(y)[0], abs=1e-4)
 
 
 # ------------------------------------------------------------------ h = the library's pooled state
@@ -221,6 +313,21 @@ def test_last_token_states_match_sequence_classification_pooling():
     np.testing.assert_allclose(mine, logits, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="no texts"):
         rs.last_token_states(rm.model, sub.tokenizer, [])
+
+
+def test_last_token_states_do_not_depend_on_padding():
+    """h of a text in a padded batch equals h of the text run alone (no padding): the mask-based
+    read of the last real token is right even where the pad id is also a real token."""
+    from minirepro.core.lm import load_model
+
+    model, tok = load_model("lm-smoke")
+    texts = rs.make_bundles(2, 0)[0]
+    texts = [texts["base"], texts["verbose"], texts["agree"]]
+    h = rs.last_token_states(model.model, tok, texts, batch_size=3)
+    for t, row in zip(texts, h):
+        with torch.no_grad():
+            alone = model.model(input_ids=torch.tensor([tok(t)["input_ids"]])).last_hidden_state[0, -1]
+        np.testing.assert_allclose(row, alone.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_preference_rate_ties_and_errors():

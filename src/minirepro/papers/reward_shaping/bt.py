@@ -19,9 +19,13 @@ class RewardHead(torch.nn.Module):
         self.net = (torch.nn.Linear(d, 1) if hidden == 0 else
                     torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.ReLU(),
                                         torch.nn.Linear(hidden, 1)))
+        # a fixed affine map of h before the net (identity unless train_bt standardises):
+        # a linear head on (h - center) / scale is still a linear function of h
+        self.register_buffer("center", torch.zeros(d))
+        self.register_buffer("scale", torch.ones(d))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.net(h).squeeze(-1)
+        return self.net((h - self.center) / self.scale).squeeze(-1)
 
     def reward(self, h: np.ndarray) -> np.ndarray:
         """Rewards ``(n,)`` of states ``(n, d)`` (numpy in, numpy out)."""
@@ -46,12 +50,16 @@ def bt_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
 
 
 def train_bt(h_chosen: np.ndarray, h_rejected: np.ndarray, hidden: int = 0, steps: int = 300,
-             lr: float = 3e-3, weight_decay: float = 1e-4, seed: int = 0) -> BTFit:
+             lr: float = 3e-3, weight_decay: float = 1e-4, seed: int = 0,
+             standardize: bool = False) -> BTFit:
     """Eq. (reward-shaping-eq-bt): fit a reward head by Bradley-Terry maximum likelihood (full batch, Adam).
 
     Args:
         h_chosen, h_rejected: ``(n, d)`` states of the chosen and rejected responses.
         hidden: 0 for a linear head, else the width of one hidden ReLU layer.
+        standardize: read h through a fixed per-dimension standardisation (the training
+            states' mean and standard deviation), so that one learning rate and weight decay
+            suit any backbone's scale; the head stays a function of h.
     """
     a, b = np.asarray(h_chosen, np.float32), np.asarray(h_rejected, np.float32)
     if a.ndim != 2 or a.shape != b.shape or a.shape[0] == 0:
@@ -61,6 +69,10 @@ def train_bt(h_chosen: np.ndarray, h_rejected: np.ndarray, hidden: int = 0, step
         raise ValueError(f"steps must be >= 1, got {steps}")
     torch.manual_seed(seed)
     head = RewardHead(a.shape[1], hidden)
+    if standardize:
+        both = np.concatenate([a, b])
+        head.center.copy_(torch.from_numpy(both.mean(0)))
+        head.scale.copy_(torch.from_numpy(both.std(0) + 1e-6))
     opt = torch.optim.Adam(head.parameters(), lr=lr, weight_decay=weight_decay)
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
     losses = []

@@ -1,4 +1,5 @@
-"""The chapter's experiment: train the RM, measure its biases, shape it, measure again."""
+"""The chapter's experiment: per seed, draw fresh texts, encode them once with the frozen LM,
+train a Bradley-Terry head, probe, null, and measure every arm."""
 
 from __future__ import annotations
 
@@ -8,22 +9,20 @@ from typing import ClassVar
 
 import numpy as np
 import pandas as pd
-import torch
-from transformers.utils import logging as hf_logging
 
 from minirepro.core import progress, set_seed
-from minirepro.core.lm import load_substrate, reward_model
+from minirepro.core.lm import load_model
 from minirepro.core.scale import ScaledConfig
 from minirepro.papers.reward_shaping.bt import RewardHead, train_bt
 from minirepro.papers.reward_shaping.data import (
     BIASES,
-    contrast_pairs,
+    BUNDLE,
+    make_bundles,
     make_preferences,
-    make_question,
-    random_response,
+    split_facts,
 )
 from minirepro.papers.reward_shaping.features import StateCache
-from minirepro.papers.reward_shaping.metrics import EvalSet, build_eval_texts
+from minirepro.papers.reward_shaping.metrics import BundleStates, probe_accuracy
 from minirepro.papers.reward_shaping.shaping import (
     clean_probe,
     diff_of_means_probe,
@@ -32,36 +31,34 @@ from minirepro.papers.reward_shaping.shaping import (
 )
 
 LOW: tuple[str, ...] = ("length", "position", "hedge")   # the paper's low-complexity biases
-DATA_SEED, PROBE_SEED, EVAL_SEED, BON_SEED = 1000, 2000, 3000, 4000
+FIRST: tuple[str, ...] = ("length", "position")          # the basis before a bias is "added afterwards"
+PROBE_MEMBERS: tuple[str, ...] = tuple(m for m in BUNDLE if m not in ("follow_wrong", "verbose_ood"))
 
 
 @dataclass
 class Config(ScaledConfig):
     """Sizes of the miniature (see the page's parameters cell)."""
 
-    substrate: str = "book"
-    model_name: str | None = None
-    n_pool: int = 1200
-    n_train: int = 1000
-    n_eval: int = 100
-    n_probe: int = 64
-    probe_sizes: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128)
+    model_name: str = "smollm2-135m"
+    n_train: int = 24
+    n_candidates: int = 4
+    n_eval: int = 16
+    n_probe: int = 8
+    probe_sizes: tuple[int, ...] = (2, 4, 8)
     hidden: int = 0
-    steps: int = 500
-    lr: float = 3e-3
+    steps: int = 400
+    lr: float = 1e-2
     weight_decay: float = 1e-2
     alpha: float = 1.0
     n_seeds: int = 5
-    bon_prompts: int = 40
-    bon_n: int = 8
-    bon_temperature: float = 1.0
+    batch_size: int = 32
 
     PRESETS: ClassVar = {
-        "smoke": {"substrate": "smoke", "n_pool": 120, "n_train": 100, "n_eval": 12, "n_probe": 16,
-                  "probe_sizes": (4, 16), "n_seeds": 1, "bon_prompts": 6, "bon_n": 4},
+        "smoke": {"model_name": "lm-smoke", "n_train": 12, "n_eval": 6, "n_probe": 4,
+                  "probe_sizes": (2, 4), "n_seeds": 1, "steps": 100},
         "book": {},
-        "full": {"n_pool": 4000, "n_train": 3000, "n_eval": 400, "probe_sizes": (2, 4, 8, 16, 32, 64, 128, 256),
-                 "n_seeds": 10, "bon_prompts": 200, "bon_n": 16},
+        "full": {"n_train": 200, "n_eval": 100, "n_probe": 40, "probe_sizes": (2, 4, 8, 16, 32, 40),
+                 "n_seeds": 10},
     }
 
 
@@ -79,31 +76,21 @@ class Shaper:
         return self.head.reward(project_out(h, self.basis, self.alpha).astype(np.float32))
 
 
-@dataclass
-class ProbePool:
-    """States of contrast pairs for every bias and for correctness, drawn once; each seed's
-    probes use a random subset of the pairs (questions disjoint from training and evaluation)."""
+def probes_from(bs: BundleStates, idx: np.ndarray | None = None, clean: bool = True,
+                biases: tuple[str, ...] = BIASES) -> dict[str, np.ndarray]:
+    """§3: one difference-of-means probe per bias from the bundles ``idx``, cleaned by projecting
+    out the correctness probe of the same bundles when ``clean``."""
+    corr = diff_of_means_probe(*bs.pair("correctness", idx))
+    out = {}
+    for b in biases:
+        p = diff_of_means_probe(*bs.pair(b, idx))
+        out[b] = clean_probe(p, corr) if clean else p
+    return out
 
-    pairs: dict[str, tuple[np.ndarray, np.ndarray]]
 
-    @classmethod
-    def build(cls, cache: StateCache, n: int, seed: int) -> ProbePool:
-        names = ("correctness",) + BIASES
-        return cls({b: (cache(a), cache(c)) for i, b in enumerate(names)
-                    for a, c in [contrast_pairs(b, n, seed + i)]})
-
-    def directions(self, n: int, rng: np.random.Generator, clean: bool = True,
-                   biases: tuple[str, ...] = BIASES) -> dict[str, np.ndarray]:
-        """§3: one difference-of-means probe per bias from ``n`` random pairs of the pool,
-        cleaned by projecting out the correctness probe (its own ``n`` pairs) when ``clean``."""
-        def probe(name: str) -> np.ndarray:
-            a, b = self.pairs[name]
-            if not 1 <= n <= len(a):
-                raise ValueError(f"n={n} probe pairs requested; the pool holds {len(a)}")
-            idx = rng.choice(len(a), size=n, replace=False)
-            return diff_of_means_probe(a[idx], b[idx])
-        corr = probe("correctness")
-        return {b: clean_probe(probe(b), corr) if clean else probe(b) for b in biases}
+def basis_of(probes: dict[str, np.ndarray], names: tuple[str, ...]) -> np.ndarray:
+    """The Gram-Schmidt basis of the named probes (rows)."""
+    return gram_schmidt([probes[n] for n in names])
 
 
 @dataclass
@@ -113,109 +100,110 @@ class Run:
     cfg: Config
     per_seed: pd.DataFrame                 # one row per (seed, arm): every metric
     probe_curve: pd.DataFrame              # one row per (seed, n_probe)
-    bon: pd.DataFrame                      # one row per (seed, arm)
+    probe_acc: pd.DataFrame                # one row per seed: held-out pair accuracy of each probe
     curves: list[list[float]]              # BT loss per seed
-    shares: dict[str, float]               # realised correlations of the training pool
-    n_states: int = 0
+    shares: pd.DataFrame                   # realised correlations of each seed's training pairs
+    n_texts: int = 0
+    n_pairs: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     d_model: int = 0
     heads: list[RewardHead] = field(default_factory=list)      # per seed
     probes: list[dict[str, np.ndarray]] = field(default_factory=list)  # per seed, cleaned
-    eval_set: EvalSet | None = None
-    probe_pool: ProbePool | None = None
+    eval_sets: list[BundleStates] = field(default_factory=list)         # per seed
+    probe_sets: list[BundleStates] = field(default_factory=list)        # per seed
+
+    def extend(self, other: Run) -> Run:
+        """This run with ``other``'s seeds appended (the same config; seconds add up)."""
+        if other.cfg != self.cfg:
+            raise ValueError("cannot join runs of different configs")
+        cat = lambda a, b: pd.concat([a, b], ignore_index=True)  # noqa: E731
+        return Run(self.cfg, cat(self.per_seed, other.per_seed), cat(self.probe_curve, other.probe_curve),
+                   cat(self.probe_acc, other.probe_acc), self.curves + other.curves,
+                   cat(self.shares, other.shares), self.n_texts + other.n_texts, self.n_pairs + other.n_pairs,
+                   {k: self.seconds.get(k, 0.0) + other.seconds.get(k, 0.0)
+                    for k in set(self.seconds) | set(other.seconds)},
+                   self.d_model, self.heads + other.heads, self.probes + other.probes,
+                   self.eval_sets + other.eval_sets, self.probe_sets + other.probe_sets)
 
 
-def basis_of(probes: dict[str, np.ndarray], names: tuple[str, ...]) -> np.ndarray:
-    """The Gram-Schmidt basis of the named probes (rows)."""
-    return gram_schmidt([probes[n] for n in names])
+def load_backbone(cfg: Config):
+    """The frozen backbone (the decoder without its LM head) and tokenizer that ``cfg`` names."""
+    model, tok = load_model(cfg.model_name)
+    return (model.get_decoder() if hasattr(model, "get_decoder") else model.model), tok
 
 
-def bon_candidates(sub, n_prompts: int, n: int, temperature: float, seed: int):
-    """[reconstruction] Best-of-n candidates: the substrate LM samples the answer among the
-    four options (its next-token distribution after ``text : <sentence> topic ?``); the
-    surface form (fillers, hedge, style, markers) is drawn at random (a stand-in: the LM
-    never wrote fillers). Returns texts ``(n_prompts, n)``, filler counts and correctness."""
-    rng = np.random.default_rng(seed)
-    tok, lm = sub.tokenizer, sub.model
-    texts, fills, correct = [], [], []
-    for _ in range(n_prompts):
-        q = make_question(rng)
-        ids = tok(f"text : {q.sentence} topic ?", return_tensors="pt")
-        with torch.no_grad():
-            logits = lm(**ids).logits[0, -1].double()
-        opt_ids = [tok(" " + o)["input_ids"][-1] if tok(" " + o)["input_ids"][0] != tok.bos_token_id
-                   else tok(" " + o)["input_ids"][1] for o in q.options]
-        p = torch.softmax(logits[opt_ids] / temperature, 0).numpy()
-        row_t, row_f, row_c = [], [], []
-        for _ in range(n):
-            o = q.options[int(rng.choice(4, p=p / p.sum()))]
-            r = random_response(rng, q, option=o, verbose=bool(rng.random() < 0.5))
-            row_t.append(r.text(q))
-            row_f.append(r.n_fill)
-            row_c.append(o == q.topic)
-        texts.append(row_t)
-        fills.append(row_f)
-        correct.append(row_c)
-    return texts, np.array(fills, float), np.array(correct, float)
+def score_arms(cfg: Config, s: int, head: RewardHead, probes: dict[str, np.ndarray],
+               raw_probes: dict[str, np.ndarray], ps: BundleStates, es: BundleStates
+               ) -> tuple[list[dict], list[dict]]:
+    """One seed's rows: every arm's metrics on the evaluation bundles, and the probe-size curve
+    (probes from ``n`` random probe bundles for each ``n`` of ``cfg.probe_sizes``)."""
+    arms = {"raw": Shaper(head),
+            "shaped (low)": Shaper(head, basis_of(probes, LOW), cfg.alpha),
+            "uncleaned (low)": Shaper(head, basis_of(raw_probes, LOW), cfg.alpha),
+            "shaped (length, position)": Shaper(head, basis_of(probes, FIRST), cfg.alpha),
+            "shaped (all)": Shaper(head, basis_of(probes, BIASES), cfg.alpha)}
+    rows = [{"seed": s, "arm": arm, **es.score(f)} for arm, f in arms.items()]
+    curve_rows = []
+    rng = np.random.default_rng([s, 2])
+    for n in cfg.probe_sizes:
+        if n > cfg.n_probe:
+            raise ValueError(f"probe size {n} exceeds the {cfg.n_probe} probe bundles")
+        idx = rng.choice(cfg.n_probe, size=n, replace=False)
+        m = es.score(Shaper(head, basis_of(probes_from(ps, idx, biases=LOW), LOW), cfg.alpha))
+        curve_rows.append({"seed": s, "n_probe": n, "accuracy": m["accuracy"],
+                           "low_strength": float(np.mean([m[f"strength/{b}"] for b in LOW]))})
+    return rows, curve_rows
 
 
-def best_of_n(reward, states: np.ndarray, fills: np.ndarray, correct: np.ndarray) -> dict[str, float]:
-    """Pick the top-reward candidate per prompt: its filler count, the drift (pick minus the
-    candidates' mean filler count) and the pick's accuracy."""
-    r = reward(states.reshape(-1, states.shape[-1])).reshape(fills.shape)
-    k = np.argmax(r, axis=1)
-    pick_f = fills[np.arange(len(k)), k]
-    return {"pick_fill": float(pick_f.mean()), "drift": float((pick_f - fills.mean(1)).mean()),
-            "pick_accuracy": float(correct[np.arange(len(k)), k].mean())}
-
-
-def run_experiment(cfg: Config) -> Run:
-    """Train one RM per seed of ``cfg.seeds``, probe, shape and measure every arm
-    [reconstruction of §4]."""
-    seeds = cfg.seeds
+def run_experiment(cfg: Config, seeds: list[int] | None = None, backbone=None) -> Run:
+    """Train one RM head per seed (``seeds``, default ``cfg.seeds``) on that seed's fresh pairs,
+    probe, null and measure every arm [reconstruction of §4]. ``backbone``: a
+    ``(decoder, tokenizer)`` from :func:`load_backbone` to reuse (else it is loaded)."""
+    seeds = list(cfg.seeds if seeds is None else seeds)
+    if not seeds:
+        raise ValueError("no seeds to run")
     t0 = time.perf_counter()
     set_seed(seeds[0])
-    sub = load_substrate(cfg.substrate, model_name=cfg.model_name)
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()   # the report that the new score head is untrained (it is meant to be)
-    try:
-        rm = reward_model(cfg.model_name or sub.path)
-    finally:
-        hf_logging.set_verbosity(level)
-    cache = StateCache(rm.model, sub.tokenizer)
-    pool = make_preferences(cfg.n_pool, DATA_SEED)
-    hc, hr = cache(pool.chosen), cache(pool.rejected)
-    ev = EvalSet(build_eval_texts(cfg.n_eval, EVAL_SEED), cache)
-    pool_p = ProbePool.build(cache, max((cfg.n_probe,) + tuple(cfg.probe_sizes)), PROBE_SEED)
-    bon_t, bon_f, bon_c = bon_candidates(sub, cfg.bon_prompts, cfg.bon_n, cfg.bon_temperature, BON_SEED)
-    bon_h = np.stack([cache(row) for row in bon_t])
-    t_feat = time.perf_counter() - t0
-    rows, curve_rows, bon_rows, curves, heads, all_probes = [], [], [], [], [], []
+    backbone, tok = backbone if backbone is not None else load_backbone(cfg)
+    t_load = time.perf_counter() - t0
+    t_feat = 0.0
+    rows, curve_rows, acc_rows, share_rows, curves, heads = [], [], [], [], [], []
+    all_probes, evals, probe_sets = [], [], []
+    n_texts = n_pairs = 0
     for s in progress(seeds, desc="seeds"):
         set_seed(s)
-        rng = np.random.default_rng(s)
-        idx = rng.choice(cfg.n_pool, size=cfg.n_train, replace=False)
-        fit = train_bt(hc[idx], hr[idx], hidden=cfg.hidden, steps=cfg.steps, lr=cfg.lr,
-                       weight_decay=cfg.weight_decay, seed=s)
+        train_f, probe_f, eval_f = split_facts(s)
+        pref = make_preferences(cfg.n_train, 3 * s + 1, train_f, cfg.n_candidates)
+        pb = make_bundles(cfg.n_probe, 3 * s + 2, probe_f)
+        eb = make_bundles(cfg.n_eval, 3 * s + 3, eval_f)
+        t1 = time.perf_counter()
+        cache = StateCache(backbone, tok, batch_size=cfg.batch_size)
+        cache(pref.chosen + pref.rejected + [b[m] for b in pb for m in PROBE_MEMBERS]
+              + [b[m] for b in eb for m in BUNDLE])           # one batched pass over the seed's texts
+        t_feat += time.perf_counter() - t1
+        n_texts += len(cache)
+        n_pairs += len(pref.chosen)
+        hc, hr = cache(pref.chosen), cache(pref.rejected)
+        ps, es = BundleStates(pb, cache, PROBE_MEMBERS), BundleStates(eb, cache)
+        fit = train_bt(hc, hr, hidden=cfg.hidden, steps=cfg.steps, lr=cfg.lr,
+                       weight_decay=cfg.weight_decay, seed=s, standardize=True)
         curves.append(fit.losses)
         heads.append(fit.head)
-        probes = pool_p.directions(cfg.n_probe, np.random.default_rng([s, 1]))
+        share_rows.append({"seed": s, "pairs": len(pref.chosen), **pref.shares,
+                           "train_accuracy": float(np.mean(fit.head.reward(hc) > fit.head.reward(hr)))})
+        probes = probes_from(ps)
         all_probes.append(probes)
-        raw_probes = pool_p.directions(cfg.n_probe, np.random.default_rng([s, 1]), clean=False, biases=LOW)
-        arms = {"raw": Shaper(fit.head),
-                "shaped (low)": Shaper(fit.head, basis_of(probes, LOW), cfg.alpha),
-                "uncleaned (low)": Shaper(fit.head, basis_of(raw_probes, LOW), cfg.alpha),
-                "shaped (low + style)": Shaper(fit.head, basis_of(probes, LOW + ("style",)), cfg.alpha),
-                "shaped (all)": Shaper(fit.head, basis_of(probes, BIASES), cfg.alpha)}
-        for arm, f in arms.items():
-            rows.append({"seed": s, "arm": arm, **ev.score(f)})
-        for arm in ("raw", "shaped (low)"):
-            bon_rows.append({"seed": s, "arm": arm, **best_of_n(arms[arm], bon_h, bon_f, bon_c)})
-        for n in cfg.probe_sizes:
-            pr = pool_p.directions(n, np.random.default_rng([s, 2, n]), biases=LOW)
-            m = ev.score(Shaper(fit.head, basis_of(pr, LOW), cfg.alpha))
-            curve_rows.append({"seed": s, "n_probe": n, "rb_accuracy": m["rb_accuracy"],
-                               "low_strength": float(np.mean([m[f"strength/{b}"] for b in LOW]))})
-    secs = {"features": t_feat, "total": time.perf_counter() - t0}
-    return Run(cfg, pd.DataFrame(rows), pd.DataFrame(curve_rows), pd.DataFrame(bon_rows), curves,
-               pool.shares, len(cache), secs, rm.config.hidden_size, heads, all_probes, ev, pool_p)
+        raw_probes = probes_from(ps, clean=False, biases=LOW)
+        corr = diff_of_means_probe(*ps.pair("correctness"))
+        acc_rows.append({"seed": s, **{b: probe_accuracy(probes[b], *es.pair(b)) for b in BIASES},
+                         "correctness": probe_accuracy(corr, *es.pair("correctness")),
+                         "length_ood": probe_accuracy(probes["length"], *es.pair("length_ood"))})
+        arm_rows, c_rows = score_arms(cfg, s, fit.head, probes, raw_probes, ps, es)
+        rows += arm_rows
+        curve_rows += c_rows
+        evals.append(es)
+        probe_sets.append(ps)
+    secs = {"load": t_load, "features": t_feat, "total": time.perf_counter() - t0}
+    return Run(cfg, pd.DataFrame(rows), pd.DataFrame(curve_rows), pd.DataFrame(acc_rows), curves,
+               pd.DataFrame(share_rows), n_texts, n_pairs, secs, backbone.config.hidden_size, heads,
+               all_probes, evals, probe_sets)

@@ -49,14 +49,17 @@ def last_token_states(backbone: PreTrainedModel, tokenizer: PreTrainedTokenizerB
 class StateCache:
     """Eq. (reward-shaping-eq-bt)'s h, memoised (:func:`last_token_states`): each distinct text once."""
 
-    def __init__(self, backbone: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
-        self.backbone, self.tokenizer = backbone, tokenizer
+    def __init__(self, backbone: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                 batch_size: int = 64) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.backbone, self.tokenizer, self.batch_size = backbone, tokenizer, batch_size
         self._store: dict[str, np.ndarray] = {}
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         new = list(dict.fromkeys(t for t in texts if t not in self._store))
         if new:
-            for t, h in zip(new, last_token_states(self.backbone, self.tokenizer, new)):
+            for t, h in zip(new, last_token_states(self.backbone, self.tokenizer, new, self.batch_size)):
                 self._store[t] = h
         return np.stack([self._store[t] for t in texts]) if texts else np.zeros((0, 0), np.float32)
 

@@ -10,10 +10,10 @@ from minirepro.core.plotting import PALETTE
 from minirepro.papers.reward_shaping.data import BIASES
 
 ARM_COLOR = {"raw": PALETTE[1], "shaped (low)": PALETTE[0], "shaped (all)": PALETTE[5],
-             "uncleaned (low)": PALETTE[3], "shaped (low + style)": PALETTE[2]}
-ARM_LABEL = {"raw": "raw RM", "shaped (low)": "shaped: length, position, hedge",
-             "shaped (all)": "shaped: all six probes", "uncleaned (low)": "uncleaned probes (ablation)",
-             "shaped (low + style)": "shaped: + style added later"}
+             "uncleaned (low)": PALETTE[3], "shaped (length, position)": PALETTE[2]}
+ARM_LABEL = {"raw": "raw RM", "shaped (low)": "nulled: length, position, hedge",
+             "shaped (all)": "nulled: all four probes", "uncleaned (low)": "uncleaned probes (ablation)",
+             "shaped (length, position)": "nulled: length, position"}
 
 
 def plot_bias_rates(per_seed: pd.DataFrame, arms: tuple[str, ...] = ("raw", "shaped (low)", "shaped (all)"),
@@ -46,7 +46,7 @@ def plot_probe_curve(curve: pd.DataFrame, raw: pd.DataFrame):
     g = curve.groupby("n_probe")
     fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.2))
     for ax, col, label in ((axes[0], "low_strength", "bias strength |rate - 0.5|"),
-                           (axes[1], "rb_accuracy", "RewardBench-style accuracy")):
+                           (axes[1], "accuracy", "correct-over-wrong accuracy")):
         m, lo, hi = g[col].mean(), g[col].min(), g[col].max()
         ax.fill_between(m.index, lo, hi, color=ARM_COLOR["shaped (low)"], alpha=0.2, lw=0)
         ax.plot(m.index, m.values, "o-", color=ARM_COLOR["shaped (low)"], label="shaped")
@@ -56,43 +56,24 @@ def plot_probe_curve(curve: pd.DataFrame, raw: pd.DataFrame):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("contrast pairs per bias")
         ax.set_ylabel(label)
-    axes[1].axhline(0.25, color="0.5", ls=":", label="chance")
+    axes[1].axhline(0.5, color="0.5", ls=":", label="chance")
     axes[1].legend(fontsize=9, loc="lower right")
     fig.tight_layout()
     return fig
 
 
-def plot_position(per_seed: pd.DataFrame, arms: tuple[str, ...] = ("raw", "shaped (low)")):
-    """Share of questions whose top reward puts the (rotated) correct answer at each letter."""
-    fig, ax = plt.subplots(figsize=(7.0, 3.0))
-    x = np.arange(4)
-    width = 0.8 / len(arms)
-    for i, arm in enumerate(arms):
-        sub = per_seed[per_seed.arm == arm]
-        vals = [sub[f"pos_share/{c}"].mean() for c in "ABCD"]
-        ax.bar(x + (i - (len(arms) - 1) / 2) * width, vals, width, color=ARM_COLOR[arm],
-               label=ARM_LABEL[arm])
-    ax.axhline(0.25, color="0.3", ls="--", lw=1, label="uniform")
-    ax.set_xticks(x, list("ABCD"))
-    ax.set_xlabel("position of the correct option")
-    ax.set_ylabel("share of questions ranked first")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
-def plot_bon(bon: pd.DataFrame):
-    """Best-of-n: the picked response's filler count minus the candidates' mean, per seed."""
+def plot_probe_accuracy(acc: pd.DataFrame, cols: tuple[str, ...] = BIASES + ("correctness",)):
+    """Held-out pair accuracy of each probe direction (share of matched pairs whose text with
+    the attribute projects higher), per seed; 0.5 means the direction does not read the feature."""
     fig, ax = plt.subplots(figsize=(7.0, 2.8))
-    for i, arm in enumerate(("raw", "shaped (low)")):
-        v = bon[bon.arm == arm]["drift"].to_numpy()
-        ax.scatter(v, np.full(v.size, i) + np.linspace(-0.08, 0.08, v.size), color=ARM_COLOR[arm],
-                   s=30, zorder=3)
-        ax.plot([v.mean()] * 2, [i - 0.25, i + 0.25], color=ARM_COLOR[arm], lw=2.5)
-    ax.axvline(0, color="0.3", ls="--", lw=1)
-    ax.set_yticks([0, 1], ["raw RM", "shaped RM\n(3 probes)"])
-    ax.set_ylim(-0.6, 1.6)
-    ax.set_xlabel("drift of the pick: filler words above the candidates' mean")
+    for i, c in enumerate(cols):
+        v = acc[c].to_numpy()
+        ax.scatter(np.full(v.size, i) + np.linspace(-0.12, 0.12, v.size), v, color=PALETTE[0], s=25, zorder=3)
+        ax.plot([i - 0.25, i + 0.25], [v.mean()] * 2, color=PALETTE[1], lw=2.5)
+    ax.axhline(0.5, color="0.3", ls="--", lw=1)
+    ax.set_xticks(range(len(cols)), list(cols))
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("held-out pair accuracy")
     fig.tight_layout()
     return fig
 
