@@ -27,8 +27,6 @@ from minirepro.chapters import discover
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = discover(ROOT)
 EXTRA = ("smollm2-135m", "lm-book", "lm-book-opt", "lm-v2")
-# A chapter being re-settled that fails now (it names the retired lm-v2-book); the mark goes once it is.
-BEING_RESETTLED = {"reward-shaping"}
 
 
 @cache
@@ -122,9 +120,7 @@ def test_the_scan_finds_names_and_only_whole_names():
     assert "lm-smoke" in loaded(code) and "lm-book" not in loaded(code)  # the LM setting's config
 
 
-@pytest.mark.parametrize("chapter", [
-    pytest.param(c, marks=pytest.mark.xfail(reason="being re-settled", strict=False))
-    if c.name in BEING_RESETTLED else c for c in CHAPTERS], ids=lambda c: c.slug)
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.slug)
 def test_the_prose_names_only_what_the_notebook_loads(chapter):
     prose, code = prose_and_code(chapter)
     extra = mentioned(prose) - loaded(code)
