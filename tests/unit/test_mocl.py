@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -17,21 +18,32 @@ from minirepro.papers.mocl import methods, network, qstats
 FAST = settings(max_examples=40, deadline=None)
 probs = arrays(np.float64, st.integers(2, 12), elements=st.floats(0.01, 10.0)).map(
     lambda x: x / x.sum())
+# q within ~1e-6 of the Shannon limit, where (sum p^q)^(1/(1-q)) written naively multiplies
+# rounding by 1/|1 - q| (a fresh-clone CI run failed at q = 0.999999)
+NEAR_ONE = (1 - 1e-6, 1 + 1e-6, 1 - 1e-8, 1 - 1e-9, 1 + 1e-9, 1 + 2e-9,
+            1 - 2.0 ** -52, 1 + 2.0 ** -52, 1.0)
+UNIFORM7, UNIFORM2 = np.ones(7) / 7.0, np.ones(2) / 2.0
 
 
 # --------------------------------------------------------------------------- q-statistics
 
 @FAST
 @given(x=st.floats(0.05, 20.0), q=st.floats(0.2, 2.5))
+@example(x=20.0, q=1 - 1e-8).via("near q = 1")
+@example(x=0.05, q=1 + 2e-9).via("near q = 1")
+@example(x=7.0, q=1 - 1e-6).via("near q = 1")
+@example(x=20.0, q=2.5).via("e_q near its pole: the round trip's worst conditioning in range")
 def test_exp_q_inverts_ln_q(x, q):
-    assert qstats.exp_q(qstats.ln_q(x, q), q) == pytest.approx(x, rel=1e-9)
+    assert qstats.exp_q(qstats.ln_q(x, q), q) == pytest.approx(x, rel=1e-12)
 
 
 @FAST
 @given(a=st.floats(-0.4, 0.4), b=st.floats(-0.4, 0.4), q=st.floats(0.2, 1.8))
+@example(a=0.4, b=-0.4, q=1 + 1e-9).via("near q = 1")
+@example(a=-0.4, b=-0.4, q=1 - 1e-8).via("near q = 1")
 def test_q_product_law(a, b, q):
     lhs = qstats.exp_q(a, q) * qstats.exp_q(b, q)
-    assert lhs == pytest.approx(qstats.exp_q(a + b + (1 - q) * a * b, q), rel=1e-9)
+    assert lhs == pytest.approx(qstats.exp_q(a + b + (1 - q) * a * b, q), rel=1e-12)
 
 
 def test_exp_q_special_cases():
@@ -59,21 +71,103 @@ def test_tsallis_tends_to_shannon(p):
 
 @FAST
 @given(n=st.integers(1, 50), q=st.floats(0.2, 3.0))
+@example(n=7, q=1 + 2e-9).via("near q = 1")
+@example(n=50, q=1 - 1e-8).via("near q = 1")
+@example(n=2, q=1 + 1e-6).via("near q = 1")
 def test_uniform_distribution(n, q):
     p = np.full(n, 1.0 / n)
-    assert qstats.tsallis_entropy(p, q) == pytest.approx(float(qstats.ln_q(n, q)), abs=1e-9)
-    assert qstats.effective_rank(p, q) == pytest.approx(n, rel=1e-9)
+    assert qstats.tsallis_entropy(p, q) == pytest.approx(float(qstats.ln_q(n, q)), rel=1e-12)
+    assert qstats.effective_rank(p, q) == pytest.approx(n, rel=1e-12)
+
+
+@pytest.mark.parametrize("q", NEAR_ONE)
+@pytest.mark.parametrize("n", [1, 2, 7, 50, 1000])
+def test_uniform_effective_rank_is_n_to_rounding_near_q_one(n, q):
+    """r_q(uniform over n) = n to 1e-12 right at the Shannon limit (the naive form gave 1e-7)."""
+    p = np.full(n, 1.0 / n)
+    assert qstats.effective_rank(p, q) == pytest.approx(n, rel=1e-12)
+    assert qstats.tsallis_entropy(p, q) == pytest.approx(float(qstats.ln_q(n, q)), rel=1e-12,
+                                                         abs=1e-15)  # S_q = ln_q n (0 at n = 1)
+    for m in (2, 7, 50):  # Kronecker products of uniforms are uniform over n m
+        kron = np.outer(p, np.full(m, 1.0 / m)).ravel()
+        assert qstats.effective_rank(kron, q) == pytest.approx(n * m, rel=1e-12)
+
+
+@pytest.mark.parametrize("q", [1 - 1e-6, 1 + 1e-6, 1 - 1e-9, 0.5, 2.0])
+def test_a_near_normalised_distribution_is_renormalised(q):
+    """A p whose sum is off by 5e-7 (accepted) is the distribution p / sum(p), not a 1/|1-q| blow-up.
+
+    The naive form gave r = 3.30 instead of 2 for p = [0.5, 0.5 + 5e-7] at q = 1 - 1e-6.
+    """
+    p = np.array([0.5, 0.5 + 5e-7])
+    assert qstats.effective_rank(p, q) == pytest.approx(2.0, rel=1e-5)
+    assert qstats.effective_rank(p, q) == pytest.approx(qstats.effective_rank(p / p.sum(), q),
+                                                        rel=1e-12)
+    assert qstats.tsallis_entropy(p, q) == pytest.approx(qstats.tsallis_entropy(p / p.sum(), q),
+                                                         rel=1e-12)
+
+
+def _mp_reference(p, q):
+    """S_q, r_q of the float vector p (renormalised exactly), in 50-digit arithmetic."""
+    with mpmath.workdps(50):
+        pm = [mpmath.mpf(float(v)) for v in p if v > 0]
+        total = mpmath.fsum(pm)
+        pm = [v / total for v in pm]
+        if q == 1.0:
+            s = -mpmath.fsum(v * mpmath.log(v) for v in pm)
+            return float(s), float(mpmath.exp(s))
+        qm = mpmath.mpf(q)
+        t = mpmath.fsum(v ** qm for v in pm)
+        return float((1 - t) / (qm - 1)), float(t ** (1 / (1 - qm)))
+
+
+@pytest.mark.parametrize("q", NEAR_ONE + (1 - 1e-3, 0.05, 0.5, 1.5, 3.0, 10.0))
+def test_q_statistics_match_a_50_digit_reference(q):
+    """S_q, r_q, ln_q, e_q against mpmath; the distributions are well conditioned (no p_i near 1)."""
+    rng = np.random.default_rng(7)
+    cases = [UNIFORM7, np.outer(UNIFORM7, UNIFORM2).ravel(), np.array([0.5, 0.3, 0.2])]
+    for n in (3, 40, 300):
+        x = rng.uniform(0.01, 10.0, n)
+        cases.append(x / x.sum())
+    x = rng.pareto(1.0, 60) + 1e-9  # heavy tail, entries down to ~1e-11
+    cases.append(x / x.sum())
+    for p in cases:
+        s_ref, r_ref = _mp_reference(p, q)
+        assert qstats.tsallis_entropy(p, q) == pytest.approx(s_ref, rel=1e-12)
+        assert qstats.effective_rank(p, q) == pytest.approx(r_ref, rel=1e-12)
+    with mpmath.workdps(50):
+        qm = mpmath.mpf(q)
+        for x in (1e-6, 0.05, 0.9, 1.1, 7.0, 300.0):
+            xm = mpmath.mpf(x)
+            ref = mpmath.log(xm) if q == 1.0 else (xm ** (1 - qm) - 1) / (1 - qm)
+            assert float(qstats.ln_q(x, q)) == pytest.approx(float(ref), rel=1e-12)
+        for x in (-5.0, -0.3, 0.01, 0.7, 4.0):
+            xm = mpmath.mpf(x)
+            base = 1 + (1 - qm) * xm
+            if q == 1.0:
+                ref = mpmath.exp(xm)
+            elif base <= 0:
+                ref = mpmath.mpf(0) if q < 1 else mpmath.inf
+            else:
+                ref = base ** (1 / (1 - qm))
+            assert float(qstats.exp_q(x, q)) == pytest.approx(float(ref), rel=1e-12)
 
 
 @FAST
 @given(p=probs, r=probs, q=st.floats(0.3, 2.5))
+@example(p=UNIFORM7, r=UNIFORM2, q=0.999999).via("the fresh-clone CI counterexample")
+@example(p=UNIFORM7, r=UNIFORM2, q=1 + 1e-6).via("near q = 1")
+@example(p=UNIFORM7, r=np.ones(50) / 50, q=1 - 1e-8).via("near q = 1")
+@example(p=UNIFORM2, r=UNIFORM7, q=1 - 1e-9).via("near q = 1")
+@example(p=np.ones(50) / 50, r=UNIFORM2, q=1 + 1e-9).via("near q = 1")
+@example(p=np.array([0.7, 0.2, 0.1]), r=UNIFORM7, q=1 + 2e-9).via("near q = 1")
 def test_effective_rank_is_multiplicative_over_kronecker(p, r, q):
     kron = np.outer(p, r).ravel()
     assert qstats.effective_rank(kron, q) == pytest.approx(
-        qstats.effective_rank(p, q) * qstats.effective_rank(r, q), rel=1e-9)
+        qstats.effective_rank(p, q) * qstats.effective_rank(r, q), rel=1e-12)
     # and it equals exp_q of the Tsallis entropy (the definition)
     assert qstats.effective_rank(p, q) == pytest.approx(
-        float(qstats.exp_q(qstats.tsallis_entropy(p, q), q)), rel=1e-9)
+        float(qstats.exp_q(qstats.tsallis_entropy(p, q), q)), rel=1e-12)
     assert 1.0 - 1e-9 <= qstats.effective_rank(p, q) <= p.size + 1e-9
 
 
