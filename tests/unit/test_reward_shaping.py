@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sklearn.linear_model import LogisticRegression
 
@@ -60,6 +60,7 @@ def test_projection_of_torch_head_matches_library_head():
 
 @settings(max_examples=40, deadline=None)
 @given(d=st.integers(2, 30), k=st.integers(1, 6), seed=st.integers(0, 10_000))
+@example(d=5, k=5, seed=9320).via("ill-conditioned square probes: one MGS pass left |B B^T - I| = 1.2e-10")
 def test_gram_schmidt_matches_numpy_qr(d, k, seed):
     """Same span and, up to the sign of each vector, the same vectors as numpy.linalg.qr."""
     k = min(k, d)
