@@ -297,3 +297,17 @@ def test_config_layers_and_bad_inputs():
         ffn_blocks(torch.nn.Linear(3, 3))
     with pytest.raises(ValueError, match="at least one unit"):
         encode_units(TOK, [])
+
+
+def test_token_core_neurons_counts_in_float64():
+    """floor(alpha * mean active count) must not fall below an exact integer by float32 rounding:
+    three tokens with 4, 3 and 3 active neurons (mean 10/3) at alpha 0.6 keep 2 neurons each."""
+    import torch
+
+    from minirepro.papers.sparseinfer.neurons import token_core_neurons
+
+    h = torch.zeros(3, 8)
+    h[0, :4] = torch.tensor([4.0, 3.0, 2.0, 1.0])
+    h[1, :3] = torch.tensor([3.0, 2.0, 1.0])
+    h[2, 2:5] = torch.tensor([1.0, 5.0, 2.0])
+    assert token_core_neurons(h, 0.6).shape == (3, 2)

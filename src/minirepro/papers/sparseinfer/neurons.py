@@ -123,7 +123,9 @@ def token_core_neurons(h: torch.Tensor, token_sparsity: float = 0.2) -> torch.Te
     if not torch.isfinite(h).all():
         raise ValueError("h holds NaN or infinite values")
     mag = h.abs()
-    n_act = float((mag > 0).sum(dim=1).float().mean())
+    # float64: a float32 mean can put floor(alpha * n_act) on the wrong side of an exact
+    # integer (alpha = 0.6, n_act = 10/3 gave k_tok = 1 instead of 2)
+    n_act = float((mag > 0).sum(dim=1).double().mean())
     k_tok = max(1, min(h.shape[1], int(token_sparsity * n_act)))
     return torch.topk(mag, k_tok, dim=1, sorted=True).indices
 
