@@ -237,17 +237,21 @@ def candidate_at(f: torch.Tensor, w: torch.Tensor, b: torch.Tensor, faces: Faces
 
 
 def select_nearest_feasible(f: torch.Tensor, cand: torch.Tensor, A: torch.Tensor,
-                            b: torch.Tensor, tol: float = TOL) -> torch.Tensor:
+                            b: torch.Tensor, tol: float = TOL,
+                            exclude: torch.Tensor | None = None) -> torch.Tensor:
     """Eq. (caffnet-eq-select): index of the feasible candidate nearest to ``f``; (B,) long.
 
-    A candidate is feasible when ``max_j (A c - b)_j <= tol``. Raises
-    ``InfeasibleConstraintsError`` when no candidate of some sample is feasible.
+    A candidate is feasible when ``max_j (A c - b)_j <= tol``. ``exclude`` (B, S+1) bool
+    (optional) marks candidates not to choose. Raises ``InfeasibleConstraintsError`` when no
+    candidate of some sample is feasible.
     """
     if A.ndim == 2:
         resid = (cand.reshape(-1, cand.shape[-1]) @ A.T).reshape(*cand.shape[:2], -1) - b[:, None]
     else:
         resid = torch.einsum("bmn,bcn->bcm", A, cand) - b[:, None]
     feasible = resid.amax(dim=-1) <= tol                           # (B, S+1)
+    if exclude is not None:
+        feasible = feasible & ~exclude
     dist = torch.linalg.vector_norm(cand - f[:, None], dim=-1)
     dist = torch.where(feasible, dist, torch.full_like(dist, math.inf))
     none = ~feasible.any(dim=1)
@@ -303,6 +307,24 @@ def caffine(f: torch.Tensor, w: torch.Tensor | None, A: torch.Tensor, b: torch.T
         cand = candidates(f, w, b, faces, A if A.ndim == 2 else None)
         index = select_nearest_feasible(f, cand, A, b, tol)
     y = candidate_at(f, w, b, faces, index)
+    # candidate_at recomputes the chosen candidate in another order of operations. On an
+    # ill-conditioned face (large ||A_g^+||) the two differ by ~eps ||A_g^+|| |A_g f - b_g|,
+    # which can put the returned point just past tol (1.26e-10 was seen) although the
+    # candidate passed. Check what is returned; where rounding pushed it out, take the next
+    # nearest feasible candidate instead.
+    exclude = None
+    for _ in range(cand.shape[1]):
+        with torch.no_grad():
+            out = max_violation(y, A, b) > tol
+        if not bool(out.any()):
+            break
+        if exclude is None:
+            exclude = torch.zeros(cand.shape[:2], dtype=torch.bool, device=cand.device)
+        rows = torch.nonzero(out).flatten()
+        exclude[rows, index[rows]] = True
+        with torch.no_grad():
+            index = select_nearest_feasible(f, cand, A, b, tol, exclude=exclude)
+        y = candidate_at(f, w, b, faces, index)
     return (y, index) if return_index else y
 
 
