@@ -101,8 +101,8 @@ def _json_range(p) -> list | None:
 
 def _cmd_run(args) -> int:
     from minirepro.run import RunFailed, run_chapter
-    from minirepro.run.progress import enabled
     from minirepro.run.folder import reported_seeds
+    from minirepro.run.progress import enabled
     from minirepro.run.summary import headline_metric, smoke_caveat, verdict_counts
 
     params = _parse_pairs(args.p, args.chapter, single=True)

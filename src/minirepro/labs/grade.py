@@ -18,7 +18,6 @@ from minirepro.chapters import repo_root
 from minirepro.labs.assign import assign, default_out, quiet
 from minirepro.labs.spec import LabError, load_spec
 
-
 NOT_ATTEMPTED = "not attempted: its answer cell is as the student edition handed it out"
 
 

@@ -260,6 +260,33 @@ def select_nearest_feasible(f: torch.Tensor, cand: torch.Tensor, A: torch.Tensor
     return dist.argmin(dim=1)
 
 
+def _returned_feasible(f: torch.Tensor, w: torch.Tensor | None, A: torch.Tensor, b: torch.Tensor,
+                       faces: Faces, cand: torch.Tensor, index: torch.Tensor, y: torch.Tensor,
+                       tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. (caffnet-eq-select), checked on what is returned: ``(y, index)`` with every row of
+    ``y`` within ``tol`` of feasible.
+
+    :func:`candidate_at` recomputes the chosen candidate in another order of operations. On an
+    ill-conditioned face (large ``||A_g^+||``) the two differ by ~eps ``||A_g^+|| |A_g f - b_g|``,
+    which can put the returned point just past ``tol`` (1.26e-10 was seen) although the
+    candidate passed. Where rounding pushed it out, the next nearest feasible candidate is taken.
+    """
+    exclude = None
+    for _ in range(cand.shape[1]):
+        with torch.no_grad():
+            out = max_violation(y, A, b) > tol
+        if not bool(out.any()):
+            break
+        if exclude is None:
+            exclude = torch.zeros(cand.shape[:2], dtype=torch.bool, device=cand.device)
+        rows = torch.nonzero(out).flatten()
+        exclude[rows, index[rows]] = True
+        with torch.no_grad():
+            index = select_nearest_feasible(f, cand, A, b, tol, exclude=exclude)
+        y = candidate_at(f, w, b, faces, index)
+    return y, index
+
+
 def caffine(f: torch.Tensor, w: torch.Tensor | None, A: torch.Tensor, b: torch.Tensor, *,
             faces: Faces | None = None, tol: float = TOL, upcast: bool = False,
             return_index: bool = False):
@@ -307,24 +334,7 @@ def caffine(f: torch.Tensor, w: torch.Tensor | None, A: torch.Tensor, b: torch.T
         cand = candidates(f, w, b, faces, A if A.ndim == 2 else None)
         index = select_nearest_feasible(f, cand, A, b, tol)
     y = candidate_at(f, w, b, faces, index)
-    # candidate_at recomputes the chosen candidate in another order of operations. On an
-    # ill-conditioned face (large ||A_g^+||) the two differ by ~eps ||A_g^+|| |A_g f - b_g|,
-    # which can put the returned point just past tol (1.26e-10 was seen) although the
-    # candidate passed. Check what is returned; where rounding pushed it out, take the next
-    # nearest feasible candidate instead.
-    exclude = None
-    for _ in range(cand.shape[1]):
-        with torch.no_grad():
-            out = max_violation(y, A, b) > tol
-        if not bool(out.any()):
-            break
-        if exclude is None:
-            exclude = torch.zeros(cand.shape[:2], dtype=torch.bool, device=cand.device)
-        rows = torch.nonzero(out).flatten()
-        exclude[rows, index[rows]] = True
-        with torch.no_grad():
-            index = select_nearest_feasible(f, cand, A, b, tol, exclude=exclude)
-        y = candidate_at(f, w, b, faces, index)
+    y, index = _returned_feasible(f, w, A, b, faces, cand, index, y, tol)
     return (y, index) if return_index else y
 
 

@@ -26,7 +26,12 @@ from minirepro.papers.relaycaching.blend import (
 )
 from minirepro.papers.relaycaching.experiment import ARMS, Config, Results, run_experiment
 from minirepro.papers.relaycaching.pipeline import PipelineSpec, make_pipelines, make_specs
-from minirepro.papers.relaycaching.plots import plot_deviation, plot_profile, plot_time, plot_tradeoff
+from minirepro.papers.relaycaching.plots import (
+    plot_deviation,
+    plot_profile,
+    plot_time,
+    plot_tradeoff,
+)
 from minirepro.papers.relaycaching.relay import (
     RelayItem,
     a_cache,

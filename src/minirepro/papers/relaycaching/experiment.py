@@ -142,8 +142,8 @@ def top_share(dev: np.ndarray, frac: float = 0.2) -> float:
 
 
 def deviation_stats(dev: np.ndarray, tau: float = 1.5) -> dict[str, float]:
-    """The shape of one pipeline's deviation map ``(L, |S|)`` (Eq. relaycaching-eq-dev), layer 0 left out
-    of the sparsity numbers (its entries are exact by construction).
+    """Eq. (relaycaching-eq-dev): the shape of one pipeline's deviation map ``(L, |S|)``, layer 0
+    left out of the sparsity numbers (its entries are exact by construction).
 
     Returns ``top20_share`` (:func:`top_share` over layers ``1..L-1``), ``over_tau`` (the mean over
     layers ``1..L-1`` of the share of tokens above ``tau`` x their layer's mean: the paper's

@@ -62,7 +62,7 @@ def _enc(tok: PreTrainedTokenizerBase, text: str) -> tuple[int, ...]:
 
 
 def a_prompt(tok: PreTrainedTokenizerBase, spec: PipelineSpec) -> tuple[int, ...]:
-    """A's chat prompt ``P_A`` (ending with the ``assistant`` header)."""
+    """[reconstruction] A's chat prompt ``P_A`` (ending with the ``assistant`` header)."""
     listing = ", ".join(f"{f} {p} dollars" for f, p in spec.prices)
     msgs = [{"role": "system", "content": A_SYSTEM},
             {"role": "user", "content": f"Today's prices: {listing}. Write a short note listing "
@@ -71,7 +71,8 @@ def a_prompt(tok: PreTrainedTokenizerBase, spec: PipelineSpec) -> tuple[int, ...
 
 
 def b_parts(tok: PreTrainedTokenizerBase, spec: PipelineSpec) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """B's prompt around the note: ``(P_B, Q, candidates)``; ``candidates`` are the four prices' digit ids.
+    """[reconstruction] B's prompt around the note: ``(P_B, Q, candidates)``; ``candidates`` are the
+    four prices' digit ids.
 
     Raises ``ValueError`` if a price is not one token after ``Q`` in this tokenizer.
     """
@@ -106,7 +107,8 @@ def b_parts(tok: PreTrainedTokenizerBase, spec: PipelineSpec) -> tuple[tuple[int
 @torch.no_grad()
 def generate_notes(model: PreTrainedModel, tok: PreTrainedTokenizerBase, prompts: list[tuple[int, ...]],
                    max_new_tokens: int, batch: int = 16) -> list[tuple[int, ...]]:
-    """A's greedy notes for each prompt (batched, left-padded); each note ends before the first end-of-turn token.
+    """[reconstruction] A's greedy notes for each prompt (batched, left-padded); each note ends
+    before the first end-of-turn token.
 
     Raises ``ValueError`` if a note is empty (A answered nothing).
     """

@@ -28,7 +28,14 @@ from minirepro.papers.sparseinfer.baselines import (
                                                     random_sets,
                                                     static_hot_sets,
 )
-from minirepro.papers.sparseinfer.experiment import Config, run_experiment, run_main, run_sweep, time_speed, topics_table
+from minirepro.papers.sparseinfer.experiment import (
+                                                    Config,
+                                                    run_experiment,
+                                                    run_main,
+                                                    run_sweep,
+                                                    time_speed,
+                                                    topics_table,
+)
 from minirepro.papers.sparseinfer.neurons import (
                                                     capture_hidden,
                                                     core_neurons,

@@ -26,7 +26,12 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from minirepro.core.lm.models import prefill
-from minirepro.papers.sparseinfer.baselines import SimilarityIndex, budget, oracle_selector, random_sets
+from minirepro.papers.sparseinfer.baselines import (
+    SimilarityIndex,
+    budget,
+    oracle_selector,
+    random_sets,
+)
 from minirepro.papers.sparseinfer.neurons import (
     capture_hidden,
     core_neurons,

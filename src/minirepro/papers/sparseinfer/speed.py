@@ -10,7 +10,12 @@ from transformers import PreTrainedModel
 
 from minirepro.core.lm.models import prefill
 from minirepro.core.timing import Timings, compare_times
-from minirepro.papers.sparseinfer.neurons import capture_hidden, core_neurons, ffn_blocks, sliced_ffn
+from minirepro.papers.sparseinfer.neurons import (
+    capture_hidden,
+    core_neurons,
+    ffn_blocks,
+    sliced_ffn,
+)
 
 
 @torch.no_grad()

@@ -13,14 +13,14 @@
 from minirepro.papers.ssa import plots  # noqa: F401
 from minirepro.papers.ssa.claims import (
     CROSS_RUN_COLUMNS,
+    cell_seeds,
+    correlation_text,
     correlations,
     partial_residuals,
     per_seed,
     result_table,
     summary,
     theorem_table,
-    cell_seeds,
-    correlation_text,
     within_cells,
 )
 from minirepro.papers.ssa.data import Pairs, digit_attributes, digits_pairs, synthetic_pairs
