@@ -155,13 +155,21 @@ def score_arms(cfg: Config, s: int, head: RewardHead, probes: dict[str, np.ndarr
     return rows, curve_rows
 
 
-def run_experiment(cfg: Config, seeds: list[int] | None = None, backbone=None) -> Run:
-    """Train one RM head per seed (``seeds``, default ``cfg.seeds``) on that seed's fresh pairs,
-    probe, null and measure every arm [reconstruction of §4]. ``backbone``: a
-    ``(decoder, tokenizer)`` from :func:`load_backbone` to reuse (else it is loaded)."""
-    seeds = list(cfg.seeds if seeds is None else seeds)
+def run_experiment(cfg: Config, part: list[int] | None = None, backbone=None) -> Run:
+    """Train one RM head per seed (all of ``cfg.seeds``, or ``part`` of them: a notebook may run
+    them in several cells) on that seed's fresh pairs, probe, null and measure every arm
+    [reconstruction of §4]. ``backbone``: a ``(decoder, tokenizer)`` from :func:`load_backbone`
+    to reuse (else it is loaded).
+
+    Raises:
+        ValueError: ``part`` is empty or holds a seed that is not one of ``cfg.seeds``.
+    """
+    seeds = list(cfg.seeds if part is None else part)
     if not seeds:
         raise ValueError("no seeds to run")
+    stray = sorted(set(seeds) - set(cfg.seeds))
+    if stray:
+        raise ValueError(f"seeds {stray} are not the Config's seeds {list(cfg.seeds)}")
     t0 = time.perf_counter()
     set_seed(seeds[0])
     backbone, tok = backbone if backbone is not None else load_backbone(cfg)
