@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from minirepro.core.lm import ModelConfig, build_lm, ffn_activations, load_model
@@ -63,6 +63,7 @@ def prompt_ids(i: int = 3) -> torch.Tensor:
 @settings(max_examples=40, deadline=None)
 @given(T=st.integers(1, 12), d=st.integers(4, 40), alpha=st.floats(0.05, 1.0), gamma=st.floats(0.05, 1.0),
        relu=st.booleans(), seed=st.integers(0, 999))
+@example(T=4, d=4, alpha=1.0, gamma=1.0, relu=True, seed=0)  # ties among a ReLU row's zeros (failed on CI)
 def test_core_neurons_match_brute_force(T, d, alpha, gamma, relu, seed):
     h = torch.randn(T, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     if relu:
@@ -71,14 +72,22 @@ def test_core_neurons_match_brute_force(T, d, alpha, gamma, relu, seed):
     n_act = (h != 0).sum(1).double().mean().item()
     k_tok = max(1, min(d, int(alpha * n_act)))
     assert sets.shape == (T, k_tok)
-    for t in range(T):  # each row: the k_tok largest magnitudes of that token
-        assert set(sets[t].tolist()) == set(np.argsort(-np.abs(h[t].numpy()), kind="stable")[:k_tok].tolist())
+    for t in range(T):  # each row: k_tok of the largest magnitudes of that token (ties, such as the
+        # zeros of a ReLU row, may be broken either way: every chosen one is at least every other)
+        mag = np.abs(h[t].numpy())
+        chosen = set(sets[t].tolist())
+        assert len(chosen) == k_tok
+        rest = [j for j in range(d) if j not in chosen]
+        assert not rest or min(mag[j] for j in chosen) >= max(mag[j] for j in rest)
     core = sentence_core_neurons(sets, h, gamma)
     k = max(1, int(gamma * d))
     counts = Counter(sets.reshape(-1).tolist())
     mass = h.abs().sum(0)
-    brute = sorted(range(d), key=lambda j: (-counts.get(j, 0), -mass[j].item(), j))[:k]
-    assert core.tolist() == sorted(brute)
+    key = {j: (-counts.get(j, 0), -mass[j].item()) for j in range(d)}
+    got = set(core.tolist())
+    assert len(got) == k
+    others = [j for j in range(d) if j not in got]  # the k best by (count, mass), ties either way
+    assert not others or max(key[j] for j in got) <= min(key[j] for j in others)
 
 
 def test_core_neurons_rank_by_magnitude_and_find_the_neurons_a_prompt_uses():
