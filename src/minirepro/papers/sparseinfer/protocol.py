@@ -26,6 +26,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from minirepro.core.lm.models import prefill
+from minirepro.core.lm.train import pad
 from minirepro.papers.sparseinfer.baselines import (
     SimilarityIndex,
     budget,
@@ -67,16 +68,6 @@ class Batch:
         return int(self.prompt_ids.shape[0])
 
 
-def _pad(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    n = max(len(r) for r in rows)
-    ids = torch.full((len(rows), n), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), n), dtype=torch.long)
-    for j, r in enumerate(rows):
-        ids[j, :len(r)] = torch.tensor(r)
-        mask[j, :len(r)] = 1
-    return ids, mask
-
-
 def encode_units(tokenizer: PreTrainedTokenizerBase, units: Sequence[Unit]) -> Batch:
     """[reconstruction] Tokenise ``units``: the prompt with the tokenizer's specials, the continuation without."""
     if not units:
@@ -85,9 +76,9 @@ def encode_units(tokenizer: PreTrainedTokenizerBase, units: Sequence[Unit]) -> B
     c = [tokenizer(u.continuation, add_special_tokens=False)["input_ids"] for u in units]
     if any(len(x) < 2 for x in c):
         raise ValueError("every continuation needs at least two tokens (one decoded position)")
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    pi, pm = _pad(p, pad)
-    ci, cm = _pad(c, pad)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    pi, pm = pad(p, pad_id)  # the substrate's right-padding (core.lm.train.pad)
+    ci, cm = pad(c, pad_id)
     return Batch(pi, pm, ci, cm, pm.sum(1), cm.sum(1))
 
 
