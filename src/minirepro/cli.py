@@ -157,7 +157,7 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_claims(args) -> int:
-    from minirepro.claims import ledger, plan
+    from minirepro.claims import plan, tables
     from minirepro.run import replicate
 
     names = args.only or args.update or [c.name for c in discover()]
@@ -204,9 +204,9 @@ def _cmd_claims(args) -> int:
     if ran:
         return 0
     if args.all or args.format != "md" or not sys.stdout.isatty():
-        print(ledger.markdown(fmt=args.format))
+        print(tables.markdown(fmt=args.format))
     else:
-        print(ledger.summary_text())
+        print(tables.summary_text())
     return 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from minirepro.book import inputs_hash
 from minirepro.chapters import get
-from minirepro.claims import ledger
+from minirepro.claims import ledger, tables
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,11 +32,11 @@ def test_ledger_reads_entries_and_flags_stale_ones(toy_book):
                          "verdict": "partly", "rule": "r"}]}
     ledger.claims_path(ch, toy_book).write_text(json.dumps(entry))
     assert ledger.load()[0]["current"]
-    md = ledger.markdown()
-    assert "**partly**" in md and json.loads(ledger.markdown(fmt="json"))[0]["statement"] == "a | b"
-    assert ledger.verdict_counts()["partly"] == 1
-    assert "statement" in ledger.markdown(fmt="csv").splitlines()[0]
-    assert json.loads(ledger.markdown(fmt="json"))[0]["verdict"] == "partly"
+    md = tables.markdown()
+    assert "**partly**" in md and json.loads(tables.markdown(fmt="json"))[0]["statement"] == "a | b"
+    assert tables.verdict_counts()["partly"] == 1
+    assert "statement" in tables.markdown(fmt="csv").splitlines()[0]
+    assert json.loads(tables.markdown(fmt="json"))[0]["verdict"] == "partly"
     ch.path.write_text(ch.path.read_text() + "\nA new paragraph of prose.\n")
     assert ledger.load()[0]["current"]  # prose does not decide a claim
     text = ch.path.read_text()
@@ -107,8 +107,8 @@ def test_ledger_page_keeps_checks_of_the_miniature_apart(toy_book):
     ledger.claims_path(ch, toy_book).write_text(json.dumps(entry))
     from minirepro.claims import page as ledger_page
 
-    assert ledger.verdict_counts()["reproduced"] == 1  # the check is not counted as the paper's
-    assert ledger.verdict_counts(kind="check")["reproduced"] == 1
+    assert tables.verdict_counts()["reproduced"] == 1  # the check is not counted as the paper's
+    assert tables.verdict_counts(kind="check")["reproduced"] == 1
     page = ledger_page.ledger_html(ledger.load(), {"toy": "Toy"})
     assert page.index("The paper's claims") < page.index("Checks of the miniature")
     assert "<td>2</td><td>1</td><td></td><td></td><td>1</td><td></td><td>1/1</td>" in page
@@ -146,8 +146,8 @@ def test_a_withdrawn_record_is_not_testable_until_its_artifact_exists(toy_book):
     assert paper["recorded_verdict"] == "reproduced"
     assert paper["why"] == {"cause": "substrate", "evidence": "the model it ran on is retired"}
     assert check["why"] is None
-    assert ledger.summary()["causes"]["substrate"] == 1
-    assert ledger.rows()[0]["robustness"].startswith("withdrawn")
+    assert tables.summary()["causes"]["substrate"] == 1
+    assert tables.rows()[0]["robustness"].startswith("withdrawn")
     path.write_text("toy:\n  why: no artifact named\n")
     with pytest.raises(ValueError, match="needs"):
         ledger.load()

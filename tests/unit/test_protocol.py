@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from minirepro.claims import ledger, pool, rules
+from minirepro.claims import ledger, pool, rules, tables
 from minirepro.claims import power as power_mod
 from minirepro.claims.pool import decide, pool_claim
 from minirepro.claims.power import TARGET, power
@@ -387,12 +387,12 @@ def test_no_paper_claim_is_not_testable_while_its_pooled_interval_decides():
 
 
 def test_every_paper_claim_with_power_reports_p_reproduced_of_the_whole_rule():
-    for r in ledger.rows(kind="paper"):
+    for r in tables.rows(kind="paper"):
         p = r["power_detail"]
         if p and p.get("value") is not None:
             assert p["kind"] == "P(reproduced) of the whole rule" and 0 <= p["value"] <= 1, r["id"]
 
 
 def test_no_paper_claim_that_needs_a_cause_is_unknown():
-    unknown = [(r["chapter"], r["id"]) for r in ledger.rows(kind="paper") if r["cause"] == "unknown"]
+    unknown = [(r["chapter"], r["id"]) for r in tables.rows(kind="paper") if r["cause"] == "unknown"]
     assert not unknown, unknown

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from minirepro.chapters import get
-from minirepro.claims import ledger, plan
-from minirepro.claims.pool import pilot_path, replications_path
+from minirepro.claims import ledger, plan, tables
+from minirepro.claims.ledger import pilot_path, replications_path
 from minirepro.claims.power import power
 from minirepro.claims.rules import Threshold
 from minirepro.cli import main
@@ -66,10 +66,10 @@ def test_update_replications_and_pilot_pool_every_unit(toy_book, capsys):
              else o.verdict for o in again]
     assert sorted(again) == sorted(v for v, n in c["replications"].items() for _ in range(n))
     assert c["fragile"] == (sum(v not in (c["verdict"], "not testable at this scale") for v in again) > 1)
-    row = next(r for r in ledger.rows() if r["id"] == "mean-above")
+    row = next(r for r in tables.rows() if r["id"] == "mean-above")
     assert {"n_units", "unit", "power", "replications", "fragile"} <= set(row)
-    assert json.loads(ledger.markdown(fmt="json"))[1]["n_units"] == 15
-    assert "claims of the papers" in ledger.summary_text()
+    assert json.loads(tables.markdown(fmt="json"))[1]["n_units"] == 15
+    assert "claims of the papers" in tables.summary_text()
 
 
 def test_repool_reads_records_only_and_marks_fragile(toy_book):

@@ -1,26 +1,27 @@
-"""The claims ledger and the list of papers.
+"""The stored records of the claims ledger: reading ``book/claims/`` (this module only reads).
 
 ``book/claims/<slug>.json`` holds a chapter's claims as measured at book scale by
 ``minirepro claims --update``, together with the hash of the notebook that produced
 them (a test fails when the notebook changed since), and, for every claim, the verdict
 pooled over the recorded run and the chapter's replications (protocol v3,
 :mod:`minirepro.claims.pool`): the units it was decided on, its power, the
-replications' own verdicts and whether it is fragile. The ledger page
-(``book/ledger.md``) and the papers page read these files when the book builds; this
-module only reads records.
+replications' own verdicts and whether it is fragile. Beside it lie the chapter's
+``replications/``, ``pilot/``, ``full/`` and ``trend/`` records, ``why/`` causes and
+``withdrawn.yml``. The ledger page (``book/ledger.md``) and the papers page read these
+files when the book builds; their text and tables are :mod:`minirepro.claims.tables`
+and :mod:`minirepro.claims.page`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from minirepro.chapters import Chapter, discover, repo_root, toc_docs
+from minirepro.chapters import Chapter, discover, get, repo_root, toc_docs
 from minirepro.claims import plan, why
 from minirepro.claims.rules import VERDICTS
 
@@ -62,8 +63,29 @@ def code_sha(text: str) -> str:
     return h.hexdigest()[:16]
 
 
+def records_dir(root: Path) -> Path:
+    """``book/claims/``: where every chapter's records lie."""
+    return root / "book" / "claims"
+
+
 def claims_path(chapter: Chapter, root: Path) -> Path:
-    return root / "book" / "claims" / f"{chapter.slug}.json"
+    """The chapter's recorded book-scale run, ``book/claims/<slug>.json``."""
+    return records_dir(root) / f"{chapter.slug}.json"
+
+
+def replications_path(slug: str, root: Path) -> Path:
+    """The chapter's K replications (``minirepro claims --robustness K``)."""
+    return records_dir(root) / "replications" / f"{slug}.json"
+
+
+def pilot_path(slug: str, root: Path) -> Path:
+    """The chapter's pilot run on seeds never reported (``minirepro claims --pilot``)."""
+    return records_dir(root) / "pilot" / f"{slug}.json"
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The JSON record at ``path``, or ``None`` when there is none."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def load(root: Path | None = None) -> list[dict[str, Any]]:
@@ -94,7 +116,7 @@ def load(root: Path | None = None) -> list[dict[str, Any]]:
 
 
 def withdrawals_path(root: Path) -> Path:
-    return root / "book" / "claims" / "withdrawn.yml"
+    return records_dir(root) / "withdrawn.yml"
 
 
 def withdrawals(root: Path | None = None) -> dict[str, dict[str, Any]]:
@@ -140,9 +162,8 @@ def _withdraw(entry: dict[str, Any], item: dict[str, Any], root: Path) -> None:
 def _attach_extras(entry: dict[str, Any], chapter: Chapter, root: Path) -> None:
     """The chapter's full-scale run and scale trends, when recorded (``--full``, ``--trend``)."""
     for key, folder in (("full", "full"), ("trend", "trend")):
-        path = root / "book" / "claims" / folder / f"{chapter.slug}.json"
-        if path.is_file():
-            rec = json.loads(path.read_text(encoding="utf-8"))
+        rec = read_record(records_dir(root) / folder / f"{chapter.slug}.json")
+        if rec is not None:
             rec["current"] = rec.get("notebook_sha") == entry.get("notebook_sha")
             entry[key] = rec
 
@@ -152,159 +173,28 @@ def entry(name: str, root: Path | None = None) -> dict[str, Any] | None:
     return next((e for e in load(root) if e["chapter"] == name and not e.get("missing")), None)
 
 
-def power_value(claim: dict[str, Any]) -> float | None:
-    """The claim's power at its pooled n (``None``: a check, or not computable)."""
-    p = claim.get("power")
-    return p.get("value") if isinstance(p, dict) else None
-
-
-def underpowered(claim: dict[str, Any]) -> bool:
-    """A paper claim made *not testable* by too little power."""
-    return claim.get("verdict") == VERDICTS[3] and "underpowered" in str(claim.get("measured"))
-
-
-def replication_text(entry: dict[str, Any], claim: dict[str, Any]) -> str:
-    """``"4/5 reproduced, 1/5 partly"`` (most frequent first), the parameter varied when it
-    is not ``seed``; or why there is none."""
-    counts, k = claim.get("replications") or {}, claim.get("k") or 0
-    rep = entry.get("replication") or {}
-    if entry.get("withdrawn"):
-        return "withdrawn (the record's substrate is retired)"
-    if not k:
-        fixed = entry.get("robustness_fixed")
-        if fixed:
-            return f"not re-seeded: {fixed}"
-        return "not run" if not rep else "none current (the chapter changed since)"
-    parts = [f"{n}/{k} {v}" for v, n in sorted(counts.items(), key=lambda x: (-x[1], x[0]))]
-    over = f" (over {rep['param']})" if rep.get("param") not in (None, "seed") else ""
-    return ", ".join(parts) + over
-
-
-def rows(root: Path | None = None, kind: str | None = None) -> list[dict[str, Any]]:
-    """One row per claim of every chapter (the JSON interface of ``minirepro claims``).
-
-    Keys: chapter, id, kind, statement, paper, measured, verdict (pooled), run_verdict
-    (the recorded run's own), rule, flag, n_units (units the verdict was decided on),
-    unit, power (simulated probability of the rule's test passing at its design point
-    at ``n_units``; ``None`` for checks or when not computable), power_detail,
-    replications (verdict -> count over the K replications), k, fragile, robustness
-    (the replications as text). ``kind`` keeps only ``"paper"`` claims or ``"check"``s.
-    """
-    table = []
-    for e in load(root):
-        for c in e["claims"]:
-            k = c.get("kind", "paper")
-            if kind is not None and k != kind:
-                continue
-            p = c.get("power") if isinstance(c.get("power"), dict) else None
-            table.append({"chapter": e["chapter"], "id": c["id"], "kind": k,
-                          "statement": c["statement"], "paper": c["paper_value"],
-                          "measured": c.get("measured"), "verdict": c.get("verdict"),
-                          "run_verdict": c.get("run_verdict", c.get("verdict")),
-                          "rule": c["rule"], "flag": c.get("flag"),
-                          "n_units": c.get("n_units"), "unit": c.get("unit", "seed"),
-                          "power": power_value(c), "power_detail": p,
-                          "replications": c.get("replications") or {}, "k": c.get("k") or 0,
-                          "fragile": bool(c.get("fragile")), "why": c.get("why"),
-                          "cause": (c.get("why") or {}).get("cause"),
-                          "full_verdict": _full_verdict(e, c["id"]),
-                          "robustness": replication_text(e, c)})
-    return table
-
-
-def _full_verdict(entry: dict[str, Any], claim_id: str) -> str | None:
-    full = entry.get("full") or {}
-    if not full.get("current"):
+def current_entry(name: str | None) -> dict[str, Any] | None:
+    """The stored entry of chapter ``name`` when it is current (made from this notebook's code);
+    else ``None`` (no name, no current record, or no book here: a student's copy of a chapter)."""
+    if not name:
         return None
-    return ((full.get("claims") or {}).get(claim_id) or {}).get("verdict")
+    try:
+        e = entry(name)
+    except Exception:  # noqa: BLE001 - no book here (a student's copy of a chapter)
+        return None
+    return e if e and e.get("current") else None
 
 
-def _cell(text: Any) -> str:
-    return str(text if text is not None else "(pending)").replace("|", "\\|").replace("\n", " ")
-
-
-COLUMNS = ["chapter", "id", "kind", "statement", "paper", "measured", "verdict", "run_verdict", "rule",
-           "flag", "n_units", "unit", "power", "replications", "k", "fragile", "cause", "why",
-           "full_verdict", "robustness"]
-
-
-def _cpu_note(entry: dict) -> str:
-    """`` (CPU 88 s, load 5.2)`` when the entry recorded them: with other work on the machine
-    the wall time is inflated, and the CPU time is the run's cost on a quiet machine."""
-    cpu, load_ = entry.get("cpu_seconds"), entry.get("load")
-    if cpu is None:
-        return ""
-    return f" (CPU {cpu:.0f} s" + (f", load {load_:.1f})" if load_ is not None else ")")
-
-
-def summary(root: Path | None = None) -> dict[str, Any]:
-    """What a reader takes in at once: counts per verdict (the paper's claims and the
-    checks), fragile claims, and claims not testable for lack of power."""
-    paper, checks = rows(root, "paper"), rows(root, "check")
-    return {"paper": {v: sum(r["verdict"] == v for r in paper) for v in VERDICTS},
-            "checks": {v: sum(r["verdict"] == v for r in checks) for v in VERDICTS},
-            "fragile": [(r["chapter"], r["id"], r["verdict"], r["robustness"]) for r in paper + checks
-                        if r["fragile"]],
-            "underpowered": [(r["chapter"], r["id"], (r["power_detail"] or {}).get("needed_n"))
-                             for r in paper if r["verdict"] == VERDICTS[3]
-                             and "underpowered" in str(r["measured"])],
-            "causes": {cause: sum(r["cause"] == cause for r in paper) for cause in why.CAUSES},
-            "n_paper": len(paper), "n_checks": len(checks)}
-
-
-def summary_text(root: Path | None = None) -> str:
-    """The terminal summary of ``minirepro claims``: counts, fragile and underpowered claims."""
-    s = summary(root)
-    lines = [f"{s['n_paper']} claims of the papers: "
-             + ", ".join(f"{n} {v}" for v, n in s["paper"].items()),
-             f"{s['n_checks']} checks of the miniature: "
-             + ", ".join(f"{n} {v}" for v, n in s["checks"].items())]
-    lines.append("of those not reproduced or not testable, by cause: "
-                 + ", ".join(f"{n} {c}" for c, n in s["causes"].items() if n))
-    lines.append(f"fragile (more than one replication disagrees): {len(s['fragile'])}")
-    for ch, cid, v, rob in s["fragile"]:
-        lines.append(f"  {ch} {cid}: {v}; replications {rob}")
-    lines.append(f"not testable for lack of power: {len(s['underpowered'])}")
-    by_chapter: dict[str, list[str]] = {}  # one line a chapter, so the summary stays short
-    for ch, cid, need in s["underpowered"]:
-        by_chapter.setdefault(ch, []).append(f"{cid} (n ≈ {need})" if need else cid)
-    for ch, items in by_chapter.items():
-        lines += textwrap.wrap(", ".join(items), width=120, initial_indent=f"  {ch}: ",
-                               subsequent_indent="    ", break_on_hyphens=False)
-    lines.append("(the whole table: minirepro claims --all; --format md|csv|json)")
-    return "\n".join(lines)
-
-
-def markdown(root: Path | None = None, fmt: str = "md") -> str:
-    """The ledger as a markdown table (``fmt="md"``), CSV (``"csv"``) or JSON (``"json"``)."""
-    data = rows(root)
-    if fmt == "json":
-        return json.dumps(data, indent=2)
-    if fmt == "csv":
-        import pandas as pd
-
-        flat = [{**r, "replications": json.dumps(r["replications"]), "power_detail": None,
-                 "why": (r["why"] or {}).get("evidence")} for r in data]
-        return pd.DataFrame(flat, columns=COLUMNS).to_csv(index=False)
-    if fmt != "md":
-        raise ValueError(f"unknown format {fmt!r}; expected one of md, csv, json")
-    lines = ["| chapter | claim | kind | verdict | units | power | replications |",
-             "|---|---|---|---|---|---|---|"]
-    for r in data:
-        pw = f"{r['power']:.2f}" if r["power"] is not None else "-"
-        frag = " (fragile)" if r["fragile"] else ""
-        lines.append(f"| {r['chapter']} | {_cell(r['id'])} | {r['kind']} | **{_cell(r['verdict'])}**{frag} | "
-                     f"{r['n_units'] if r['n_units'] is not None else '-'} | {pw} | {r['robustness']} |")
-    return "\n".join(lines)
-
-
-def verdict_counts(root: Path | None = None, kind: str | None = "paper") -> dict[str, int]:
-    """How many claims have each verdict (the paper's claims by default; ``kind=None``: all)."""
-    counts = {v: 0 for v in VERDICTS}
-    for r in rows(root, kind=kind):
-        if r["verdict"] in counts:
-            counts[r["verdict"]] += 1
-    return counts
+def current_pilot(name: str | None) -> dict[str, Any] | None:
+    """The pilot record of chapter ``name`` when it was run on this notebook's code, else ``None``."""
+    if not name:
+        return None
+    try:
+        ch = get(name)
+        rec = read_record(pilot_path(ch.slug, repo_root()))
+    except Exception:  # noqa: BLE001 - no book here
+        return None
+    return rec if rec and rec.get("notebook_sha") == notebook_sha(ch) else None
 
 
 def papers(root: Path | None = None) -> list[dict[str, Any]]:
@@ -322,6 +212,6 @@ def papers(root: Path | None = None) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["COLUMNS", "claims_path", "code_sha", "entry", "load", "markdown", "notebook_sha", "papers",
-           "power_value", "replication_text", "rows", "summary", "summary_text", "underpowered",
-           "verdict_counts", "withdrawals", "withdrawals_path"]
+__all__ = ["claims_path", "code_sha", "current_entry", "current_pilot", "entry", "load", "notebook_sha",
+           "papers", "pilot_path", "read_record", "records_dir", "replications_path", "withdrawals",
+           "withdrawals_path"]

@@ -2,8 +2,8 @@
 and one compact table per chapter whose rows link to the chapter's claim.
 
 Everything here renders records (:mod:`minirepro.claims.ledger`) as HTML; the page
-(``book/ledger.md``) and the chapters' claims tables (:func:`minirepro.claims.results.claims_table`)
-call it. Classes are styled by ``book/_static/minirepro.css``.
+(``book/ledger.md``), the chapters' verdict boxes and their claims tables
+(:func:`minirepro.claims.results.claims_table`, drawn by :func:`claims_table_html`) call it. Classes are styled by ``book/_static/minirepro.css``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from html import escape
 from typing import Any
 
 from minirepro.claims.rules import VERDICTS
+from minirepro.claims.tables import full_record, power_value, replication_text
+from minirepro.claims.why import CAUSES
 
 SHORT = {"reproduced": "reproduced", "partly": "partly", "not reproduced": "not reproduced",
          "not testable at this scale": "not testable"}
@@ -107,11 +109,9 @@ def claims_rows_html(entry: dict[str, Any], claims: list[dict[str, Any]], link: 
                    if c.get("recorded_verdict") else "")
                 + (f'<p><b>why:</b> {escape(str(c["why"].get("evidence")))}</p>' if c.get("why") else "")
                 + f'<p><b>rule:</b> {escape(str(c.get("rule")))}</p></details>')
-        from minirepro.claims.ledger import replication_text
-
         cause = (c.get("why") or {}).get("cause")
         extra = f'<br><span class="mr-cause mr-cause-{cause}">why: {cause}</span>' if cause else ""
-        full = ((entry.get("full") or {}).get("claims") or {}).get(c["id"]) if (entry.get("full") or {}).get("current") else None
+        full = full_record(entry, c["id"])
         if full:
             extra += f'<br><small>at full scale: {escape(str(full.get("verdict")))}</small>'
         rows.append(f'<tr data-cause="{cause or ""}"><td>{title}{more}</td>'
@@ -130,8 +130,6 @@ def ledger_html(entries: list[dict[str, Any]], short_names: dict[str, str],
     checks = [c for e in entries for c in e["claims"] if c.get("kind", "paper") == "check"]
     cnt = counts_of(paper)
     frag = sum(bool(c.get("fragile")) for e in entries for c in e["claims"])
-    from minirepro.claims.why import CAUSES
-
     causes = {k: sum((c.get("why") or {}).get("cause") == k for c in paper) for k in CAUSES}
     head = (f'<p class="mr-headline"><b>{len(paper)} claims of the papers:</b> '
             + ", ".join(f"{badge(v)} {cnt[v]}" for v in VERDICTS)
@@ -176,6 +174,33 @@ def ledger_html(entries: list[dict[str, Any]], short_names: dict[str, str],
     return "\n".join(out)
 
 
+def claims_table_html(table, entry: dict[str, Any]) -> str:
+    """The claims table as the page shows it: every cell in full, no index column, the rule
+    behind a "rule" toggle under each claim, this run's verdict and the book's pooled one
+    (from ``entry``, the chapter's current ledger entry, ``{}`` when it has none)."""
+    head = "".join(f"<th>{escape(c)}</th>" for c in ("claim", "paper", "measured here", "this run",
+                                                      "the book's verdict"))
+    rows = []
+    for _, r in table.iterrows():
+        claim = (f"{escape(str(r['claim']))}<details class=\"minirepro-rule\"><summary>rule</summary>"
+                 f"{escape(str(r['rule']))}</details>")
+        book = r["book"]
+        if isinstance(book, dict):
+            cause = book.get("why") or {}
+            full = full_record(entry, book.get("id"))
+            book_cell = (f"{badge(book.get('verdict'), bool(book.get('fragile')))}<br>"
+                         f"<small>{units_text(book)}; power {power_text(book)}; "
+                         f"replications {escape(replication_text(entry, book))}</small>"
+                         + (f"<br><small><b>why: {escape(cause['cause'])}</b>: {escape(cause['evidence'])}</small>"
+                            if cause else "")
+                         + (f"<br><small>at full scale: {escape(str(full.get('verdict')))}</small>" if full else ""))
+        else:
+            book_cell = "<small>no current record</small>"
+        cells = [claim, escape(str(r["paper"])), escape(str(r["measured here"])), badge(str(r["verdict"])),
+                 book_cell]
+        rows.append(f'<tr id="{anchor(str(r["id"]))}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return (f'<table class="dataframe minirepro-claims"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
 
 
 # ----------------------------------------------------------------- a chapter's verdict box
@@ -233,8 +258,6 @@ def _state_note(entry: dict[str, Any], name: str, cmd: str) -> tuple[str, str]:
 def _verdict_row(c: dict[str, Any]) -> str:
     """One paper claim of the box: statement (a link to its row at the end of the page),
     verdict badge with its cause (or the verdict recorded before a withdrawal), n, power, tally."""
-    from minirepro.claims.ledger import power_value
-
     why = c.get("why") or {}
     mark = badge(c.get("verdict"), bool(c.get("fragile")), title=str(why.get("evidence") or ""))
     if c.get("recorded_verdict"):
@@ -332,5 +355,5 @@ def book_summary_html(entries: list[dict[str, Any]], ledger_href: str, status_hr
             f'reading: <a href="{escape(status_href)}">the execution status</a>.</p></div>')
 
 
-__all__ = ["anchor", "badge", "book_summary_html", "chapter_href", "claims_rows_html", "counts_of", "ledger_html",
-           "power_text", "summary_html", "units_text", "verdicts_html"]
+__all__ = ["anchor", "badge", "book_summary_html", "chapter_href", "claims_rows_html", "claims_table_html",
+           "counts_of", "ledger_html", "power_text", "summary_html", "units_text", "verdicts_html"]

@@ -18,19 +18,19 @@ run's own value is that run, counted once). Protocol v3.1: a decided interval st
 decided whatever the power; only a paper claim's *inconclusive* part whose power is below
 0.8 is *not testable at this scale*, with the n it would need. Each replication is decided
 again under the same rule and gate, and a verdict that more than one of them contradicts
-is *fragile*. Nothing here runs a chapter: it
-reads records (the runs belong to :mod:`minirepro.run.replicate`).
+is *fragile*. Nothing here runs a chapter: it decides on the records that
+:mod:`minirepro.claims.ledger` reads (the runs belong to :mod:`minirepro.run.replicate`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from minirepro.claims.ledger import pilot_path, read_record, replications_path
 from minirepro.claims.power import TARGET, Power, power
 from minirepro.claims.rules import (
     NOT_REPRODUCED,
@@ -45,22 +45,6 @@ from minirepro.claims.rules import (
 from minirepro.core.stats import Interval
 
 FRAGILE_AFTER = 1  # a verdict more than this many replications contradict is fragile
-
-
-def records_dir(root: Path) -> Path:
-    return root / "book" / "claims"
-
-
-def replications_path(slug: str, root: Path) -> Path:
-    return records_dir(root) / "replications" / f"{slug}.json"
-
-
-def pilot_path(slug: str, root: Path) -> Path:
-    return records_dir(root) / "pilot" / f"{slug}.json"
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def concat(datas: list[Any]) -> Any:
@@ -269,7 +253,7 @@ def pool_claim(claim: Mapping[str, Any], entry: Mapping[str, Any], reps: Mapping
 def pool_entry(entry: dict[str, Any], root: Path) -> dict[str, Any]:
     """``entry`` (a ledger entry) with every claim's v3 keys computed from the records."""
     slug = entry["slug"]
-    reps = _read(replications_path(slug, root))
+    reps = read_record(replications_path(slug, root))
     if reps is not None:
         reps["current"] = reps.get("notebook_sha") == entry.get("notebook_sha")
         try:
@@ -278,7 +262,7 @@ def pool_entry(entry: dict[str, Any], root: Path) -> dict[str, Any]:
             reps["pool"] = policy(entry["chapter"], root).get("pool", "concat")
         except (ValueError, OSError):
             reps["pool"] = "concat"
-    pilot = _read(pilot_path(slug, root))
+    pilot = read_record(pilot_path(slug, root))
     if pilot is not None and pilot.get("notebook_sha") != entry.get("notebook_sha"):
         pilot = None  # a pilot of another version of the notebook says nothing of this one
     claims = []
@@ -294,5 +278,4 @@ def pool_entry(entry: dict[str, Any], root: Path) -> dict[str, Any]:
     return out
 
 
-__all__ = ["FRAGILE_AFTER", "concat", "decide", "pilot_path", "pool_claim", "pool_entry",
-           "replications_path"]
+__all__ = ["FRAGILE_AFTER", "concat", "decide", "mean_by_unit", "pool_claim", "pool_entry"]

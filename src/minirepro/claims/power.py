@@ -131,8 +131,6 @@ def _t_ends(draws: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray, np
     return mean, mean - q * se, mean + q * se
 
 
-_t_low = _t_ends  # the name used before v3.1
-
 
 def _normal(mean: float, sd: float, n: int, sims: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
@@ -419,9 +417,4 @@ def power(rule: Rule, pilot: Mapping[str, Any] | None, n: int, sims: int = SIMS,
     return Power(value, n, design, need, half, note, rng_)
 
 
-def planned_power_lines(rules: Mapping[str, Rule], pilots: Mapping[str, Any], n: Mapping[str, int]) -> str:
-    """One line per claim: ``"<id>: P(reproduced) 0.86 at n = 40 (true improvement 0.02)"``."""
-    return "\n".join(f"{cid}: {power(rule, pilots.get(cid), n[cid]).describe()}" for cid, rule in rules.items())
-
-
-__all__ = ["MAX_N", "RANGE", "SIMS", "Spread", "TARGET", "Power", "needed_n", "planned_power_lines", "power"]
+__all__ = ["MAX_N", "RANGE", "SIMS", "Spread", "TARGET", "Power", "needed_n", "power"]

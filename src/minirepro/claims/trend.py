@@ -13,10 +13,11 @@ A chapter's plan (``book/claims/robustness_policy.yml``) may name a trend::
 
 ``minirepro claims --trend`` runs the chapter once at each value (book scale otherwise)
 and records each claim's effect (its rule's estimate with the interval the rule used) in
-``book/claims/trend/<slug>.json``. Nothing here runs a chapter: :func:`slope` and
-:func:`figure` read that record. The slope of the effect against the size (per doubling
-when ``log``) has a parametric-bootstrap interval: each point is redrawn from a normal with
-its own estimate and standard error (from its interval), and the line refitted.
+``book/claims/trend/<slug>.json``. Nothing here runs a chapter: :func:`slope` reads that
+record (its figure is :func:`minirepro.claims.chapter_view.trend_figure`). The slope of the
+effect against the size (per doubling when ``log``) has a parametric-bootstrap interval: each
+point is redrawn from a normal with its own estimate and standard error (from its interval),
+and the line refitted.
 """
 
 from __future__ import annotations
@@ -92,37 +93,4 @@ def series(record: Mapping[str, Any], key: str) -> list[dict[str, float]]:
     return sorted(pts, key=lambda p: p["value"])
 
 
-def figure(record: Mapping[str, Any], key: str, ax=None):
-    """Effect against size with each point's interval, the paper's value as a reference line,
-    and the slope's interval in the title; returns the axes."""
-    import matplotlib.pyplot as plt
-
-    pts = series(record, key)
-    spec = (record.get("spec") or {})
-    paper = (spec.get("claims") or {}).get(key)
-    log = bool(spec.get("log", True))
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.6, 3.2))
-    xs = [p["value"] for p in pts]
-    ys = [p["estimate"] for p in pts]
-    err = [[p["estimate"] - p["low"] for p in pts], [p["high"] - p["estimate"] for p in pts]]
-    ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label="measured here (95% interval)")
-    ax.axhline(0.0, color="0.6", linewidth=0.8)
-    if paper is not None:
-        ax.axhline(float(paper), color="C3", linestyle="--", linewidth=1.2, label=f"the paper ({paper:g})")
-    if log:
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel(str(record.get("param")))
-    ax.set_ylabel("effect")
-    title = key
-    if len(pts) >= 3:
-        iv = slope(pts, log=log)
-        per = "per doubling" if log else f"per unit of {record.get('param')}"
-        title += (f"\nslope {iv.estimate:.3g} {per} [{iv.low:.3g}, {iv.high:.3g}]: "
-                  f"{direction(iv, paper, ys[-1])}")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8, loc="best")
-    return ax
-
-
-__all__ = ["direction", "effect_of", "figure", "series", "slope"]
+__all__ = ["direction", "effect_of", "series", "slope"]

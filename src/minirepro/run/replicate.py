@@ -20,8 +20,8 @@ from typing import Any
 
 from minirepro.chapters import get, repo_root
 from minirepro.claims import plan
-from minirepro.claims.ledger import claims_path, notebook_sha
-from minirepro.claims.pool import pilot_path, pool_entry, replications_path
+from minirepro.claims.ledger import claims_path, notebook_sha, pilot_path, replications_path
+from minirepro.claims.pool import pool_entry
 from minirepro.run.folder import run_chapter
 from minirepro.run.sweep import sweep
 
