@@ -62,11 +62,11 @@ class Rule:
         return self.sentence()
 
 
-def num_text(x: float) -> str:
+def fmt_num(x: float) -> str:
     """A number in a rule's sentence: three significant digits."""
     return sig(x, 3)
 
 
-def level_text(level: float) -> str:
+def fmt_pct(level: float) -> str:
     """A confidence level in a rule's sentence: ``0.95`` -> ``"95%"``."""
     return f"{round(100 * level)}%"

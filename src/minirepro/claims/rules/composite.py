@@ -7,17 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from minirepro.claims.rules.base import (
-    NOT_REPRODUCED,
-    NOT_TESTABLE,
-    PARTLY,
-    REPRODUCED,
-    Outcome,
-    Rule,
-)
-from minirepro.claims.rules.correlation import Correlation
-from minirepro.claims.rules.paired import Better, Equivalent, NonInferior
-from minirepro.claims.rules.threshold import Threshold
+from .base import NOT_REPRODUCED, NOT_TESTABLE, PARTLY, REPRODUCED, Outcome, Rule
+from .correlation import Correlation
+from .paired import Better, Equivalent, NonInferior
+from .threshold import Threshold
 
 
 @dataclass(frozen=True)

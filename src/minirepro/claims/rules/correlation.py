@@ -9,17 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from minirepro.claims.rules.base import (
-    NOT_REPRODUCED,
-    NOT_TESTABLE,
-    PARTLY,
-    REPRODUCED,
-    Outcome,
-    Rule,
-    level_text,
-    num_text,
-)
 from minirepro.core.stats import Interval, as_sample
+
+from .base import NOT_REPRODUCED, NOT_TESTABLE, PARTLY, REPRODUCED, Outcome, Rule, fmt_num, fmt_pct
 
 
 @dataclass(frozen=True)
@@ -52,8 +44,8 @@ class Correlation(Rule):
 
     def sentence(self) -> str:
         return (f"The {self.method} correlation between {self.x_name} and {self.y_name} over units: "
-                f"reproduced if its {level_text(self.level)} bootstrap interval lies above 0 and reaches "
-                f"{num_text(self.min_r)}; partly if the interval lies above 0 but below it; "
+                f"reproduced if its {fmt_pct(self.level)} bootstrap interval lies above 0 and reaches "
+                f"{fmt_num(self.min_r)}; partly if the interval lies above 0 but below it; "
                 "not testable with fewer than 4 units; not reproduced otherwise.")
 
     def statistic(self, xy: np.ndarray) -> float:
@@ -113,7 +105,7 @@ class Correlation(Rule):
         lo, hi = (float(q) for q in np.quantile(boots, [alpha, 1 - alpha]))
         iv = Interval(r, lo, hi, self.level, int(details["n"]), "bootstrap" if cluster is None else "cluster bootstrap")
         details.update(estimate=r, low=lo, high=hi, conclusive=not (lo <= 0 and hi >= self.min_r))
-        text = f"{self.method} r {iv.describe(3)}; min r {num_text(self.min_r)}"
+        text = f"{self.method} r {iv.describe(3)}; min r {fmt_num(self.min_r)}"
         if cluster is not None:
             text += f" ({a.size} units in {details['n']} clusters, resampled by cluster)"
         if iv.low > 0 and iv.high >= self.min_r:

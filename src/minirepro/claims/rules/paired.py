@@ -10,17 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minirepro.claims.rules.base import (
-    NOT_REPRODUCED,
-    NOT_TESTABLE,
-    PARTLY,
-    REPRODUCED,
-    Outcome,
-    Rule,
-    level_text,
-    num_text,
-)
 from minirepro.core.stats import Interval, as_sample, paired_interval, sig, t_interval, tost
+
+from .base import NOT_REPRODUCED, NOT_TESTABLE, PARTLY, REPRODUCED, Outcome, Rule, fmt_num, fmt_pct
 
 
 @dataclass(frozen=True)
@@ -69,10 +61,10 @@ class Better(Rule):
         u = f" {self.unit}" if self.unit else ""
         how = "Student t" if self.interval == "t" else "percentile bootstrap"
         return (f"Paired over seeds, {self.method_name} must beat {self.baseline_name} on "
-                f"{self.metric} ({direction} is better): reproduced if the {level_text(self.level)} "
+                f"{self.metric} ({direction} is better): reproduced if the {fmt_pct(self.level)} "
                 f"{how} interval of the mean improvement lies above 0 and reaches "
-                f"{num_text(self.min_effect)}{u}; partly if the interval lies above 0 but below "
-                f"{num_text(self.min_effect)}{u}; not testable with fewer than 2 seeds; not "
+                f"{fmt_num(self.min_effect)}{u}; partly if the interval lies above 0 but below "
+                f"{fmt_num(self.min_effect)}{u}; not testable with fewer than 2 seeds; not "
                 f"reproduced otherwise.")
 
     def design_problem(self, n_seeds: int | None) -> str | None:
@@ -91,7 +83,7 @@ class Better(Rule):
         else:
             iv = interval
         u = f" {self.unit}" if self.unit else ""
-        text = f"improvement {iv.describe(3, self.unit)}; min effect {num_text(self.min_effect)}{u}"
+        text = f"improvement {iv.describe(3, self.unit)}; min effect {fmt_num(self.min_effect)}{u}"
         details = {"estimate": iv.estimate, "low": iv.low, "high": iv.high, "n": iv.n,
                    "level": iv.level, "min_effect": self.min_effect}
         if iv.n < 2 or not math.isfinite(iv.low):
@@ -101,7 +93,7 @@ class Better(Rule):
             room = float(np.mean(best - base if self.higher_is_better else base - best))
             details["room"] = room
             if room < self.min_effect:
-                return Outcome(NOT_TESTABLE, text + f"; the baseline is within {num_text(room)}{u} of the "
+                return Outcome(NOT_TESTABLE, text + f"; the baseline is within {fmt_num(room)}{u} of the "
                                "best possible value, less than the minimum effect", details)
         details["conclusive"] = not (iv.low <= 0 and iv.high >= self.min_effect)
         if iv.low > 0 and iv.high >= self.min_effect:
@@ -173,9 +165,9 @@ class Equivalent(_PairedMargin):
         inner = round(100 * (1 - 2 * (1 - self.level)))
         return (f"{self.method_name} is on par with {self.baseline_name} on {self.metric}: "
                 f"reproduced if the {inner}% t interval of the paired difference lies within "
-                f"+-{num_text(self.margin)}{u} (TOST at {level_text(1 - self.level)}); partly if only the mean "
+                f"+-{fmt_num(self.margin)}{u} (TOST at {fmt_pct(1 - self.level)}); partly if only the mean "
                 f"difference does; not reproduced otherwise; not testable if {self.method_name} "
-                f"is not measurably more than {num_text(self.margin)}{u} away from {self.trivial_name} "
+                f"is not measurably more than {fmt_num(self.margin)}{u} away from {self.trivial_name} "
                 f"(no power to tell 'on par' from 'did nothing') or with fewer than 2 seeds.")
 
     def decide(self, method: Sequence[float], baseline: Sequence[float],
@@ -184,8 +176,8 @@ class Equivalent(_PairedMargin):
         u = f" {self.unit}" if self.unit else ""
         p, ci = tost(a - b, self.margin, self.level)
         power, powered = self._powered(a, z)
-        text = (f"difference {ci.describe(3, self.unit)}, margin +-{num_text(self.margin)}{u}, TOST p={sig(p, 2)}; "
-                f"vs {self.trivial_name}: {num_text(power.estimate)}{u}")
+        text = (f"difference {ci.describe(3, self.unit)}, margin +-{fmt_num(self.margin)}{u}, TOST p={sig(p, 2)}; "
+                f"vs {self.trivial_name}: {fmt_num(power.estimate)}{u}")
         details = {"estimate": ci.estimate, "low": ci.low, "high": ci.high, "n": ci.n, "p_tost": p,
                    "margin": self.margin, "power_estimate": power.estimate, "powered": powered}
         details["conclusive"] = bool((-self.margin < ci.low and ci.high < self.margin)
@@ -230,9 +222,9 @@ class NonInferior(_PairedMargin):
         direction = "higher" if self.higher_is_better else "lower"
         return (f"{self.method_name} is on par with or better than {self.baseline_name} on "
                 f"{self.metric} ({direction} is better): reproduced if the lower end of the {inner}% t "
-                f"interval of the paired improvement lies above -{num_text(self.margin)}{u}; partly if only "
+                f"interval of the paired improvement lies above -{fmt_num(self.margin)}{u}; partly if only "
                 f"the mean does; not reproduced otherwise; not testable if {self.method_name} is not "
-                f"measurably more than {num_text(self.margin)}{u} away from {self.trivial_name} or with "
+                f"measurably more than {fmt_num(self.margin)}{u} away from {self.trivial_name} or with "
                 f"fewer than 2 seeds.")
 
     def decide(self, method: Sequence[float], baseline: Sequence[float],
@@ -242,8 +234,8 @@ class NonInferior(_PairedMargin):
         gain = a - b if self.higher_is_better else b - a
         ci = t_interval(gain, 1 - 2 * (1 - self.level))
         power, powered = self._powered(a, z)
-        text = (f"improvement {ci.describe(3, self.unit)}, margin -{num_text(self.margin)}{u}; "
-                f"vs {self.trivial_name}: {num_text(power.estimate)}{u}")
+        text = (f"improvement {ci.describe(3, self.unit)}, margin -{fmt_num(self.margin)}{u}; "
+                f"vs {self.trivial_name}: {fmt_num(power.estimate)}{u}")
         details = {"estimate": ci.estimate, "low": ci.low, "high": ci.high, "n": ci.n,
                    "margin": self.margin, "power_estimate": power.estimate, "powered": powered}
         details["conclusive"] = bool(ci.low > -self.margin or ci.high <= -self.margin)

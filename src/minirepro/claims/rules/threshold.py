@@ -8,17 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minirepro.claims.rules.base import (
-    NOT_REPRODUCED,
-    NOT_TESTABLE,
-    PARTLY,
-    REPRODUCED,
-    Outcome,
-    Rule,
-    level_text,
-    num_text,
-)
 from minirepro.core.stats import Interval, as_sample, paired_interval, t_interval
+
+from .base import NOT_REPRODUCED, NOT_TESTABLE, PARTLY, REPRODUCED, Outcome, Rule, fmt_num, fmt_pct
 
 
 @dataclass(frozen=True)
@@ -80,10 +72,10 @@ class Threshold(Rule):
         u = f" {self.unit}" if self.unit else ""
         how = "t" if self.interval == "t" else "percentile-bootstrap"
         where = ("on every seed" if self.over == "every"
-                 else f"for the whole {level_text(self.level)} {how} interval of its mean over seeds")
-        s = f"reproduced if {self.metric} is {self.direction} {num_text(self.bound)}{u} {where}"
+                 else f"for the whole {fmt_pct(self.level)} {how} interval of its mean over seeds")
+        s = f"reproduced if {self.metric} is {self.direction} {fmt_num(self.bound)}{u} {where}"
         if self.partly_bound is not None:
-            s += f"; partly if it is {self.direction} {num_text(self.partly_bound)}{u} {where}"
+            s += f"; partly if it is {self.direction} {fmt_num(self.partly_bound)}{u} {where}"
         return s + "; not reproduced otherwise."
 
     def design_problem(self, n_seeds: int | None) -> str | None:
@@ -96,7 +88,7 @@ class Threshold(Rule):
         u = f" {self.unit}" if self.unit else ""
         if self.over == "every":
             worst = float(v.max() if self.direction == "below" else v.min())
-            text = f"{'max' if self.direction == 'below' else 'min'} over the {v.size} values: {num_text(worst)}{u}"
+            text = f"{'max' if self.direction == 'below' else 'min'} over the {v.size} values: {fmt_num(worst)}{u}"
             details = {"worst": worst, "n": int(v.size)}
         else:
             iv = self._interval(v)
@@ -104,7 +96,7 @@ class Threshold(Rule):
             details = {"estimate": iv.estimate, "low": iv.low, "high": iv.high, "n": iv.n}
             if iv.n < 2:
                 return Outcome(NOT_TESTABLE, text + "; fewer than 2 seeds", details)
-        text += f"; bound {num_text(self.bound)}{u}"
+        text += f"; bound {fmt_num(self.bound)}{u}"
         if self.over == "every":
             details["conclusive"] = True  # no interval: the values decide
         else:  # the interval decides unless it holds the bound
@@ -114,5 +106,5 @@ class Threshold(Rule):
             return Outcome(REPRODUCED, text, details)
         if self.partly_bound is not None and self._passes(v, self.partly_bound):
             details["conclusive"] = True  # the rule's own partial verdict, decided at the looser bound
-            return Outcome(PARTLY, text + f" (within the partly bound {num_text(self.partly_bound)}{u})", details)
+            return Outcome(PARTLY, text + f" (within the partly bound {fmt_num(self.partly_bound)}{u})", details)
         return Outcome(NOT_REPRODUCED, text, details)
