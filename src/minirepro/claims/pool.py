@@ -24,7 +24,7 @@ is *fragile*. Nothing here runs a chapter: it decides on the records that
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +47,13 @@ from minirepro.core.stats import Interval
 FRAGILE_AFTER = 1  # a verdict more than this many replications contradict is fragile
 
 
-def concat(datas: list[Any]) -> Any:
-    """The per-unit data of several runs as one: lists joined, mappings key by key.
+def _combine(datas: list[Any], lists: Callable[[list[Any]], list[Any]]) -> Any:
+    """The per-unit data of several runs as one: mappings key by key, lists by ``lists``, and a
+    constant (e.g. a count given as a number) kept when every run gives the same.
 
     Raises:
-        ValueError: the runs' data do not have the same keys, or an interval computed by
-            the chapter (which cannot be pooled) is among them.
+        ValueError: the runs' data do not have the same keys or constants, or an interval
+            computed by the chapter (which cannot be pooled) is among them.
     """
     first = datas[0]
     if isinstance(first, Mapping):
@@ -61,15 +62,35 @@ def concat(datas: list[Any]) -> Any:
         keys = list(first)
         if any(not isinstance(d, Mapping) or list(d) != keys for d in datas):
             raise ValueError(f"the runs' data differ in their keys: {[sorted(d) for d in datas]}")
-        return {k: concat([d[k] for d in datas]) for k in keys}
+        return {k: _combine([d[k] for d in datas], lists) for k in keys}
     if isinstance(first, list):
-        out: list[Any] = []
-        for d in datas:
-            out.extend(d)
-        return out
+        return lists(datas)
     if all(d == first for d in datas):  # a constant (e.g. a count given as a number)
         return first
     raise ValueError(f"cannot pool {type(first).__name__} values that differ between runs")
+
+
+def _joined(datas: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for d in datas:
+        out.extend(d)
+    return out
+
+
+def _unit_means(datas: list[Any]) -> list[float]:
+    if any(not isinstance(d, list) or len(d) != len(datas[0]) for d in datas):
+        raise ValueError("the runs hold different numbers of units: they cannot be averaged by unit")
+    return [float(np.mean([d[i] for d in datas])) for i in range(len(datas[0]))]
+
+
+def concat(datas: list[Any]) -> Any:
+    """The per-unit data of several runs as one: lists joined, mappings key by key.
+
+    Raises:
+        ValueError: the runs' data do not have the same keys, or an interval computed by
+            the chapter (which cannot be pooled) is among them.
+    """
+    return _combine(datas, _joined)
 
 
 def mean_by_unit(datas: list[Any]) -> Any:
@@ -80,21 +101,7 @@ def mean_by_unit(datas: list[Any]) -> Any:
     Raises:
         ValueError: the runs hold different numbers of units, or different keys.
     """
-    first = datas[0]
-    if isinstance(first, Mapping):
-        if first.get("__interval__"):
-            raise ValueError("an interval computed by the chapter cannot be pooled")
-        keys = list(first)
-        if any(not isinstance(d, Mapping) or list(d) != keys for d in datas):
-            raise ValueError(f"the runs' data differ in their keys: {[sorted(d) for d in datas]}")
-        return {k: mean_by_unit([d[k] for d in datas]) for k in keys}
-    if isinstance(first, list):
-        if any(not isinstance(d, list) or len(d) != len(first) for d in datas):
-            raise ValueError("the runs hold different numbers of units: they cannot be averaged by unit")
-        return [float(np.mean([d[i] for d in datas])) for i in range(len(first))]
-    if all(d == first for d in datas):
-        return first
-    raise ValueError(f"cannot pool {type(first).__name__} values that differ between runs")
+    return _combine(datas, _unit_means)
 
 
 def _revive(data: Any) -> Any:
