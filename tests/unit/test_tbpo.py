@@ -20,6 +20,10 @@ from minirepro.papers.tbpo.analysis import (
     per_seed,
     reward_at_kl,
 )
+from minirepro.papers.tbpo.config import TOKEN_METHODS, Config
+from minirepro.papers.tbpo.evaluate import distinct_n, evaluate, make_eval_set
+from minirepro.papers.tbpo.experiment import logistic_vs_dpo, run_experiment
+from minirepro.papers.tbpo.losses import METHODS, method_loss
 from minirepro.papers.tbpo.mdp import (
     TokenMDP,
     enumerate_responses,
@@ -32,18 +36,7 @@ from minirepro.papers.tbpo.mdp import (
     state_distribution,
     table_logprob,
 )
-from minirepro.papers.tbpo.train import (
-    METHODS,
-    Config,
-    Policy,
-    TablePolicy,
-    distinct_n,
-    evaluate,
-    fit_reference,
-    make_eval_set,
-    method_loss,
-    token_stats,
-)
+from minirepro.papers.tbpo.policy import Policy, TablePolicy, fit_reference, token_stats
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -360,8 +353,6 @@ def test_config_presets_and_replace():
 
 
 def test_token_testbed_config_changes_only_labels_methods_and_evaluation_spacing():
-    from minirepro.papers.tbpo.train import TOKEN_METHODS
-
     for scale in ("smoke", "book"):
         cfg = Config.preset(scale, seed=7)
         tok = cfg.token_testbed()
@@ -425,8 +416,6 @@ def test_generic_bregman_check_fails_for_a_wrong_loss():
 
 
 def test_logistic_vs_dpo_on_a_tiny_experiment():
-    from minirepro.papers.tbpo.train import logistic_vs_dpo, run_experiment
-
     cfg = Config.preset("smoke", n_tokens=4, horizon=4, steps=2, fit_steps=5, n_pairs=64, n_eval=16,
                         eval_every=2, methods=("DPO", "TBPO-A"))
     ex = run_experiment(cfg)
