@@ -22,13 +22,10 @@ minimised at ``R_theta = R_data`` for every ``h``. ``c_h`` makes every member's 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
-
-if TYPE_CHECKING:
-    from minirepro.papers.tbpo.config import Config
 
 MEMBERS: tuple[str, ...] = ("logistic", "kliep", "lsif", "ba")
 
@@ -251,8 +248,22 @@ def tbpo_token_loss(q_w: torch.Tensor, mask_w: torch.Tensor, q_l: torch.Tensor, 
     return per_pair.mean()
 
 
+class LossSettings(Protocol):
+    """Eqs. (tbpo-eq-dpo, tbpo-eq-tdpo, tbpo-eq-simpo, tbpo-eq-token): the settings the losses read.
+
+    The chapter's ``Config`` has them all; the LM setting's config has all but SimPO's.
+    """
+
+    beta: float
+    tdpo_alpha: float
+    simpo_beta: float
+    simpo_gamma: float
+    tbpo_member: str
+    tbpo_lam: float
+
+
 def method_loss(method: str, chosen: dict[str, torch.Tensor], rejected: dict[str, torch.Tensor],
-                cfg: Config) -> torch.Tensor:
+                cfg: LossSettings) -> torch.Tensor:
     """Eqs. (tbpo-eq-dpo, tbpo-eq-tdpo, tbpo-eq-bregman, tbpo-eq-token): ``method``'s loss.
 
     ``method`` is a name in ``METHODS``; ``chosen`` and ``rejected`` are the
