@@ -11,7 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minirepro.papers.tbpo import evaluation as evaluation_module
+from minirepro.papers.tbpo import experiment as experiment_module
 from minirepro.papers.tbpo import losses as L
+from minirepro.papers.tbpo import policy as policy_module
 from minirepro.papers.tbpo.analysis import (
     headline,
     matched_kappa,
@@ -21,7 +24,7 @@ from minirepro.papers.tbpo.analysis import (
     reward_at_kl,
 )
 from minirepro.papers.tbpo.config import TOKEN_METHODS, Config
-from minirepro.papers.tbpo.evaluate import distinct_n, evaluate, make_eval_set
+from minirepro.papers.tbpo.evaluation import distinct_n, evaluate, make_eval_set
 from minirepro.papers.tbpo.experiment import logistic_vs_dpo, run_experiment
 from minirepro.papers.tbpo.losses import METHODS, method_loss
 from minirepro.papers.tbpo.mdp import (
@@ -36,7 +39,13 @@ from minirepro.papers.tbpo.mdp import (
     state_distribution,
     table_logprob,
 )
-from minirepro.papers.tbpo.policy import Policy, TablePolicy, fit_reference, token_stats
+from minirepro.papers.tbpo.policy import (
+    Policy,
+    TablePolicy,
+    fit_reference,
+    log_reference,
+    token_stats,
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -423,3 +432,37 @@ def test_logistic_vs_dpo_on_a_tiny_experiment():
     assert eq["n_pairs"] == 32 and eq["loss"] < 1e-12 and eq["grad"] < 1e-6
     per = per_seed(ex.evals)
     assert set(per["method"]) == {"DPO", "TBPO-A"} and len(per) == 2
+
+
+def test_make_policy_draws_what_a_hand_built_policy_draws_and_loads_a_state():
+    cfg = Config.preset("smoke", n_tokens=4, horizon=5, hidden=16, heads=2)
+    torch.manual_seed(3)
+    made, after_made = cfg.make_policy(), torch.rand(1)
+    torch.manual_seed(3)
+    by_hand, after_hand = Policy(cfg.n_tokens, cfg.horizon, cfg.hidden, cfg.layers, cfg.heads), torch.rand(1)
+    assert made.state_dict().keys() == by_hand.state_dict().keys()
+    assert all(torch.equal(v, by_hand.state_dict()[k]) for k, v in made.state_dict().items())
+    assert torch.equal(after_made, after_hand)  # the same random draws, no more
+    assert (made.lm.config.vocab_size, made.lm.config.n_positions, made.lm.config.n_embd) == (5, 5, 16)
+    torch.manual_seed(4)
+    loaded = cfg.make_policy(made.state_dict())
+    assert all(torch.equal(v, made.state_dict()[k]) for k, v in loaded.state_dict().items())
+
+
+def test_log_pi_ref_is_computed_once_per_run_and_shared_by_every_step(monkeypatch):
+    calls = []
+
+    def counted(mdp):
+        calls.append(mdp)
+        return log_reference(mdp)
+
+    for module in (policy_module, evaluation_module, experiment_module):
+        monkeypatch.setattr(module, "log_reference", counted)
+    cfg = Config.preset("smoke", n_tokens=4, horizon=4, steps=2, fit_steps=3, n_pairs=32, n_eval=8,
+                        eval_every=2, methods=("DPO", "TBPO-Q"))
+    ex = run_experiment(cfg)
+    assert len(calls) == 1  # the fit, the evaluation set, every training step: one log pi_ref
+    assert torch.equal(ex.log_ref, torch.log(torch.as_tensor(ex.mdp.pi_ref, dtype=torch.float32)))
+    logistic_vs_dpo(ex, n=8)
+    run_experiment(cfg.token_testbed(), start=ex)
+    assert len(calls) == 2  # the check reuses the run's; a second run computes its own once

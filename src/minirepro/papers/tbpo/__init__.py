@@ -6,7 +6,7 @@
   dispatch ``method_loss`` from a method's name (``METHODS``) to its loss.
 - ``config``: ``Config``, which builds the testbed, the policy and the token-level testbed's config.
 - ``policy``: the tiny GPT-2 policy, log pi_ref, per-token statistics, the fit to pi_ref.
-- ``evaluate``: a policy's metrics on fixed evaluation inputs; the exact rows of pi_ref and pi*.
+- ``evaluation``: a policy's metrics on fixed evaluation inputs; the exact rows of pi_ref and pi*.
 - ``train``: one shared training loop (a run of one method).
 - ``experiment``: ``run_experiment`` (every method on every seed) and the logistic-is-DPO check.
 - ``analysis``: per-seed final metrics, reward at matched KL, oscillation, pairing by seed
@@ -26,7 +26,7 @@ from minirepro.papers.tbpo.analysis import (
     reward_at_kl,
 )
 from minirepro.papers.tbpo.config import Config
-from minirepro.papers.tbpo.evaluate import evaluate
+from minirepro.papers.tbpo.evaluation import evaluate
 from minirepro.papers.tbpo.experiment import Experiment, logistic_vs_dpo, run_experiment
 from minirepro.papers.tbpo.losses import (
     MEMBERS,

@@ -10,7 +10,7 @@ import torch
 
 from minirepro.core import set_seed
 from minirepro.papers.tbpo.config import Config
-from minirepro.papers.tbpo.evaluate import evaluate, exact_rows, make_eval_set
+from minirepro.papers.tbpo.evaluation import evaluate, exact_rows, make_eval_set
 from minirepro.papers.tbpo.losses import METHODS, generic_bregman_ell, sequence_margin
 from minirepro.papers.tbpo.mdp import TokenMDP, make_preferences, make_token_preferences
 from minirepro.papers.tbpo.policy import fit_reference, log_reference, token_stats

@@ -18,7 +18,7 @@ Bellman recursion (``V*(T, .) = 0``)
     V*(t, p)    = beta log sum_a pi_ref(a | p) exp(Q*(t, p, a) / beta).
 
 Policies here are *tables* ``(T, V, V + 1)``: ``pi[t, p, a]``. The neural policy is
-evaluated on sampled prefixes instead (see ``evaluate.py``).
+evaluated on sampled prefixes instead (see ``evaluation.py``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import torch
 
 from minirepro.core import progress, set_seed
 from minirepro.papers.tbpo.config import Config
-from minirepro.papers.tbpo.evaluate import EvalSet, evaluate
+from minirepro.papers.tbpo.evaluation import EvalSet, evaluate
 from minirepro.papers.tbpo.losses import METHODS, method_loss, sequence_margin
 from minirepro.papers.tbpo.mdp import TokenMDP
 from minirepro.papers.tbpo.policy import token_stats
