@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -33,6 +34,7 @@ from minirepro.papers.tbpo.mdp import (
     exact_metrics,
     make_mdp,
     make_preferences,
+    n_responses,
     sample_responses,
     sequence_reward,
     soft_bellman,
@@ -466,3 +468,71 @@ def test_log_pi_ref_is_computed_once_per_run_and_shared_by_every_step(monkeypatc
     logistic_vs_dpo(ex, n=8)
     run_experiment(cfg.token_testbed(), start=ex)
     assert len(calls) == 2  # the check reuses the run's; a second run computes its own once
+
+
+@pytest.mark.parametrize("V,T", [(2, 1), (3, 3), (4, 4), (2, 6)])
+def test_n_responses_counts_what_enumerate_lists(V, T):
+    mdp = make_mdp(n_tokens=V, horizon=T, seed=0)
+    assert n_responses(V, T) == len(enumerate_responses(mdp, 0)[0])
+    assert n_responses(V, T) == (V**T - 1) // (V - 1) + V**T  # the closed form the page once computed
+
+
+def _headline_table():
+    import pandas as pd
+
+    return pd.DataFrame({"state_kl mean": [0.12345, 1.0], "state_kl std": [0.0015, 0.25],
+                         "kl_ref mean": [2.0, -0.5], "kl_ref std": [0.1, float("nan")]}, index=["DPO", "TBPO-Q"])
+
+
+def test_mean_std_table_formats_each_column_per_method():
+    from minirepro.papers.tbpo.report import mean_std_table
+
+    out = mean_std_table(_headline_table(), ("state_kl", "kl_ref"))
+    assert list(out.index) == ["DPO", "TBPO-Q"] and list(out.columns) == ["state_kl", "kl_ref"]
+    assert out.loc["DPO", "state_kl"] == "0.123 ± 0.002" and out.loc["TBPO-Q", "kl_ref"] == "-0.500 ± nan"
+
+
+def test_comparison_table_adds_the_objective_and_the_exact_rows():
+    import pandas as pd
+
+    from minirepro.papers.tbpo.report import comparison_table
+
+    rows = [{"method": m, "seed": s, "step": step, "state_kl": 1.0, "reward": r + step, "kl_ref": k * step,
+             "entropy": 2.0, "distinct3": 0.5}
+            for m, r, k in (("DPO", 1.0, 1.0), ("TBPO-A", 0.0, 0.5)) for s in (0, 1) for step in (0, 2)]
+    exact = pd.DataFrame([{"method": "reference", "state_kl": 0.3, "reward": 0.0, "kl_ref": 0.0,
+                           "entropy": 3.0, "distinct3": 0.6, "length": 4.0},
+                          {"method": "optimum", "state_kl": 0.0, "reward": 2.0, "kl_ref": 1.0,
+                           "entropy": 2.5, "distinct3": 0.55, "length": 3.0}])
+    ex = SimpleNamespace(evals=pd.DataFrame(rows), exact=exact, cfg=SimpleNamespace(beta=0.5))
+    tab = comparison_table(ex)
+    assert list(tab.index) == ["DPO", "TBPO-A", "reference", "optimum"]
+    assert list(tab.columns) == ["state_kl", "reward", "kl_ref", "entropy", "distinct3", "objective"]
+    assert tab.loc["DPO", "reward"] == 3.0 and tab.loc["DPO", "objective"] == pytest.approx(3.0 - 0.5 * 2.0)
+    assert tab.loc["optimum", "objective"] == pytest.approx(1.5)
+
+
+def test_distance_sentence_says_closer_only_when_both_tbpo_variants_are_closer():
+    import pandas as pd
+
+    from minirepro.papers.tbpo.report import distance_sentence
+
+    tab = pd.DataFrame({"kl_ref": [2.0, 1.0, 1.5, 3.0]}, index=["DPO", "TBPO-Q", "TBPO-A", "optimum"])
+    assert distance_sentence(tab) == ("final KL to the reference (nats): DPO 2.00, TBPO-Q 1.00, TBPO-A 1.50; "
+                                      "the optimum: 3.00. The TBPO variants end closer to the reference than DPO.")
+    tab.loc["TBPO-A", "kl_ref"] = 2.0  # a tie is not closer
+    assert distance_sentence(tab).endswith("The TBPO variants end no closer to the reference than DPO.")
+
+
+def test_verdict_sentence_lists_the_parts_or_the_measured_value():
+    from minirepro.papers.tbpo.report import verdict_sentence
+
+    claim = SimpleNamespace(id="state-kl", verdict="supported", measured="m", details={
+        "TBPO-Q": {"verdict": "supported", "estimate": 0.0125, "low": 0.01, "high": 0.015},
+        "TBPO-A": {"verdict": "not testable", "estimate": -0.5, "low": "nan", "high": "nan"},
+        "note": "3 pairs", "rule": {"min_effect": 0.1}})
+    assert verdict_sentence(claim) == (
+        "**state-kl**: supported (TBPO-Q: supported, mean improvement +0.013 [+0.010, +0.015]; "
+        "TBPO-A: not testable, mean improvement -0.500 [nan, nan]).")
+    check = SimpleNamespace(id="logistic-is-dpo", verdict="supported", measured="loss 1e-16", details={})
+    assert verdict_sentence(check) == "**logistic-is-dpo**: supported (loss 1e-16)."

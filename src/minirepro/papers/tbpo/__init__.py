@@ -12,6 +12,7 @@
 - ``analysis``: per-seed final metrics, reward at matched KL, oscillation, pairing by seed
   (the chapter's rule objects decide the verdicts).
 - ``lm_setting``: the second setting on the shipped substrate LM (``load_substrate``).
+- ``report``: the tables and sentences the page prints, computed from the results.
 - ``plots``: the chapter's figures.
 """
 
@@ -53,6 +54,7 @@ from minirepro.papers.tbpo.mdp import (
     make_mdp,
     make_preferences,
     make_token_preferences,
+    n_responses,
     sample_responses,
     sequence_reward,
     soft_bellman,
@@ -69,7 +71,7 @@ __all__ = [
     "bregman_ell", "bregman_h", "bregman_scale", "bregman_sequence_loss", "dpo_loss",
     "evaluate", "exact_metrics", "final_metrics", "generic_bregman_ell", "headline", "ipo_loss", "make_token_preferences", "exact_frontier", "frontier_shortfall", "simpo_loss",
     "token_q_values", "logistic_vs_dpo",
-    "make_mdp", "make_preferences", "matched_kappa", "oscillation", "paired", "per_seed",
+    "make_mdp", "make_preferences", "matched_kappa", "n_responses", "oscillation", "paired", "per_seed",
     "population_minimiser", "reward_at_kl", "run_experiment", "sample_responses", "sequence_margin",
     "sequence_reward", "soft_bellman", "state_distribution", "tbpo_a_values", "tbpo_q_values",
     "tbpo_token_loss", "tdpo_loss",

@@ -300,6 +300,12 @@ def make_token_preferences(mdp: TokenMDP, n_pairs: int, rng: np.random.Generator
             "p_token": np.where(f, p_tok, 1 - p_tok) * cover}
 
 
+def n_responses(n_tokens: int, horizon: int) -> int:
+    """The number of possible responses to a prompt: ``V^(L-1)`` ending with EOS at each length
+    ``L <= T``, plus the ``V^T`` cut at ``T`` without one (what :func:`enumerate_responses` lists)."""
+    return sum(n_tokens ** (length - 1) for length in range(1, horizon + 1)) + n_tokens ** horizon
+
+
 def enumerate_responses(mdp: TokenMDP, prompt: int) -> tuple[np.ndarray, np.ndarray]:
     """Every possible response to ``prompt`` (brute force; for tiny MDPs in tests).
 
