@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,7 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from minirepro.papers.tbpo import evaluation as evaluation_module
+from minirepro.papers.tbpo import experiment as experiment_module
 from minirepro.papers.tbpo import losses as L
+from minirepro.papers.tbpo import policy as policy_module
 from minirepro.papers.tbpo.analysis import (
     headline,
     matched_kappa,
@@ -20,28 +24,28 @@ from minirepro.papers.tbpo.analysis import (
     per_seed,
     reward_at_kl,
 )
+from minirepro.papers.tbpo.config import TOKEN_METHODS, Config
+from minirepro.papers.tbpo.evaluation import distinct_n, evaluate, make_eval_set
+from minirepro.papers.tbpo.experiment import logistic_vs_dpo, run_experiment
+from minirepro.papers.tbpo.losses import METHODS, method_loss
 from minirepro.papers.tbpo.mdp import (
     TokenMDP,
     enumerate_responses,
     exact_metrics,
     make_mdp,
     make_preferences,
+    n_responses,
     sample_responses,
     sequence_reward,
     soft_bellman,
     state_distribution,
     table_logprob,
 )
-from minirepro.papers.tbpo.train import (
-    METHODS,
-    Config,
+from minirepro.papers.tbpo.policy import (
     Policy,
     TablePolicy,
-    distinct_n,
-    evaluate,
     fit_reference,
-    make_eval_set,
-    method_loss,
+    log_reference,
     token_stats,
 )
 
@@ -360,8 +364,6 @@ def test_config_presets_and_replace():
 
 
 def test_token_testbed_config_changes_only_labels_methods_and_evaluation_spacing():
-    from minirepro.papers.tbpo.train import TOKEN_METHODS
-
     for scale in ("smoke", "book"):
         cfg = Config.preset(scale, seed=7)
         tok = cfg.token_testbed()
@@ -425,8 +427,6 @@ def test_generic_bregman_check_fails_for_a_wrong_loss():
 
 
 def test_logistic_vs_dpo_on_a_tiny_experiment():
-    from minirepro.papers.tbpo.train import logistic_vs_dpo, run_experiment
-
     cfg = Config.preset("smoke", n_tokens=4, horizon=4, steps=2, fit_steps=5, n_pairs=64, n_eval=16,
                         eval_every=2, methods=("DPO", "TBPO-A"))
     ex = run_experiment(cfg)
@@ -434,3 +434,105 @@ def test_logistic_vs_dpo_on_a_tiny_experiment():
     assert eq["n_pairs"] == 32 and eq["loss"] < 1e-12 and eq["grad"] < 1e-6
     per = per_seed(ex.evals)
     assert set(per["method"]) == {"DPO", "TBPO-A"} and len(per) == 2
+
+
+def test_make_policy_draws_what_a_hand_built_policy_draws_and_loads_a_state():
+    cfg = Config.preset("smoke", n_tokens=4, horizon=5, hidden=16, heads=2)
+    torch.manual_seed(3)
+    made, after_made = cfg.make_policy(), torch.rand(1)
+    torch.manual_seed(3)
+    by_hand, after_hand = Policy(cfg.n_tokens, cfg.horizon, cfg.hidden, cfg.layers, cfg.heads), torch.rand(1)
+    assert made.state_dict().keys() == by_hand.state_dict().keys()
+    assert all(torch.equal(v, by_hand.state_dict()[k]) for k, v in made.state_dict().items())
+    assert torch.equal(after_made, after_hand)  # the same random draws, no more
+    assert (made.lm.config.vocab_size, made.lm.config.n_positions, made.lm.config.n_embd) == (5, 5, 16)
+    torch.manual_seed(4)
+    loaded = cfg.make_policy(made.state_dict())
+    assert all(torch.equal(v, made.state_dict()[k]) for k, v in loaded.state_dict().items())
+
+
+def test_log_pi_ref_is_computed_once_per_run_and_shared_by_every_step(monkeypatch):
+    calls = []
+
+    def counted(mdp):
+        calls.append(mdp)
+        return log_reference(mdp)
+
+    for module in (policy_module, evaluation_module, experiment_module):
+        monkeypatch.setattr(module, "log_reference", counted)
+    cfg = Config.preset("smoke", n_tokens=4, horizon=4, steps=2, fit_steps=3, n_pairs=32, n_eval=8,
+                        eval_every=2, methods=("DPO", "TBPO-Q"))
+    ex = run_experiment(cfg)
+    assert len(calls) == 1  # the fit, the evaluation set, every training step: one log pi_ref
+    assert torch.equal(ex.log_ref, torch.log(torch.as_tensor(ex.mdp.pi_ref, dtype=torch.float32)))
+    logistic_vs_dpo(ex, n=8)
+    run_experiment(cfg.token_testbed(), start=ex)
+    assert len(calls) == 2  # the check reuses the run's; a second run computes its own once
+
+
+@pytest.mark.parametrize("V,T", [(2, 1), (3, 3), (4, 4), (2, 6)])
+def test_n_responses_counts_what_enumerate_lists(V, T):
+    mdp = make_mdp(n_tokens=V, horizon=T, seed=0)
+    assert n_responses(V, T) == len(enumerate_responses(mdp, 0)[0])
+    assert n_responses(V, T) == (V**T - 1) // (V - 1) + V**T  # the closed form the page once computed
+
+
+def _headline_table():
+    import pandas as pd
+
+    return pd.DataFrame({"state_kl mean": [0.12345, 1.0], "state_kl std": [0.0015, 0.25],
+                         "kl_ref mean": [2.0, -0.5], "kl_ref std": [0.1, float("nan")]}, index=["DPO", "TBPO-Q"])
+
+
+def test_mean_std_table_formats_each_column_per_method():
+    from minirepro.papers.tbpo.report import mean_std_table
+
+    out = mean_std_table(_headline_table(), ("state_kl", "kl_ref"))
+    assert list(out.index) == ["DPO", "TBPO-Q"] and list(out.columns) == ["state_kl", "kl_ref"]
+    assert out.loc["DPO", "state_kl"] == "0.123 ± 0.002" and out.loc["TBPO-Q", "kl_ref"] == "-0.500 ± nan"
+
+
+def test_comparison_table_adds_the_objective_and_the_exact_rows():
+    import pandas as pd
+
+    from minirepro.papers.tbpo.report import comparison_table
+
+    rows = [{"method": m, "seed": s, "step": step, "state_kl": 1.0, "reward": r + step, "kl_ref": k * step,
+             "entropy": 2.0, "distinct3": 0.5}
+            for m, r, k in (("DPO", 1.0, 1.0), ("TBPO-A", 0.0, 0.5)) for s in (0, 1) for step in (0, 2)]
+    exact = pd.DataFrame([{"method": "reference", "state_kl": 0.3, "reward": 0.0, "kl_ref": 0.0,
+                           "entropy": 3.0, "distinct3": 0.6, "length": 4.0},
+                          {"method": "optimum", "state_kl": 0.0, "reward": 2.0, "kl_ref": 1.0,
+                           "entropy": 2.5, "distinct3": 0.55, "length": 3.0}])
+    ex = SimpleNamespace(evals=pd.DataFrame(rows), exact=exact, cfg=SimpleNamespace(beta=0.5))
+    tab = comparison_table(ex)
+    assert list(tab.index) == ["DPO", "TBPO-A", "reference", "optimum"]
+    assert list(tab.columns) == ["state_kl", "reward", "kl_ref", "entropy", "distinct3", "objective"]
+    assert tab.loc["DPO", "reward"] == 3.0 and tab.loc["DPO", "objective"] == pytest.approx(3.0 - 0.5 * 2.0)
+    assert tab.loc["optimum", "objective"] == pytest.approx(1.5)
+
+
+def test_distance_sentence_says_closer_only_when_both_tbpo_variants_are_closer():
+    import pandas as pd
+
+    from minirepro.papers.tbpo.report import distance_sentence
+
+    tab = pd.DataFrame({"kl_ref": [2.0, 1.0, 1.5, 3.0]}, index=["DPO", "TBPO-Q", "TBPO-A", "optimum"])
+    assert distance_sentence(tab) == ("final KL to the reference (nats): DPO 2.00, TBPO-Q 1.00, TBPO-A 1.50; "
+                                      "the optimum: 3.00. The TBPO variants end closer to the reference than DPO.")
+    tab.loc["TBPO-A", "kl_ref"] = 2.0  # a tie is not closer
+    assert distance_sentence(tab).endswith("The TBPO variants end no closer to the reference than DPO.")
+
+
+def test_verdict_sentence_lists_the_parts_or_the_measured_value():
+    from minirepro.papers.tbpo.report import verdict_sentence
+
+    claim = SimpleNamespace(id="state-kl", verdict="supported", measured="m", details={
+        "TBPO-Q": {"verdict": "supported", "estimate": 0.0125, "low": 0.01, "high": 0.015},
+        "TBPO-A": {"verdict": "not testable", "estimate": -0.5, "low": "nan", "high": "nan"},
+        "note": "3 pairs", "rule": {"min_effect": 0.1}})
+    assert verdict_sentence(claim) == (
+        "**state-kl**: supported (TBPO-Q: supported, mean improvement +0.013 [+0.010, +0.015]; "
+        "TBPO-A: not testable, mean improvement -0.500 [nan, nan]).")
+    check = SimpleNamespace(id="logistic-is-dpo", verdict="supported", measured="loss 1e-16", details={})
+    assert verdict_sentence(check) == "**logistic-is-dpo**: supported (loss 1e-16)."

@@ -16,7 +16,7 @@ from minirepro.core.lm.corpus import TOPICS
 from minirepro.papers.tbpo import lm_setting as S
 from minirepro.papers.tbpo import losses as L
 from minirepro.papers.tbpo.analysis import paired
-from minirepro.papers.tbpo.train import method_loss
+from minirepro.papers.tbpo.losses import method_loss
 
 OCEAN = sorted(S.topic_vocabulary("ocean"))
 OTHER = sorted(S.topic_vocabulary("forest") - S.topic_vocabulary("ocean"))

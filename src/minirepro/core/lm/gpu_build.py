@@ -6,8 +6,10 @@
 
 Runs at once, each in its own process on the one GPU (``MINIREPRO_DEVICE=cuda``):
 
-* ``minirepro artifacts build lm-book`` and ``... lm-book-opt`` into ``OUT/`` (the
-  artifact folders, manifests included, exactly as a CPU build writes them);
+* the builds of ``lm-book`` and ``lm-book-opt`` into ``OUT/`` through the package API,
+  :func:`minirepro.core.artifacts.build` (what ``minirepro artifacts build NAME`` calls;
+  the recipes are registered in ``core.lm.recipes``): the artifact folders, manifests
+  included, exactly as a CPU build writes them;
 * two *probes*, trained like ``lm-book`` but not artifacts, scored on validation lines
   only (never the test split), written to ``OUT/probes/<name>.json`` after every
   evaluation: ``tokens-3x`` (the same recipe with three times the steps) and ``big``
@@ -31,6 +33,7 @@ import time
 from pathlib import Path
 
 PROBES = ("tokens-3x", "big")
+BUILDS = ("lm-book", "lm-book-opt")
 
 
 def probe_recipe(name: str):
@@ -70,30 +73,44 @@ def run_probe(name: str, out: Path) -> None:
          greedy_val_acc=family_accuracy(run.model, run.tokenizer, corpus.val))
 
 
+def run_build(name: str) -> None:
+    """Build artifact ``name`` into ``$MINIREPRO_ARTIFACTS`` with :func:`core.artifacts.build`
+    (left alone when a verified copy is already there) and print where it went."""
+    from minirepro.core import artifacts
+
+    folder = artifacts.build(name)
+    man = artifacts.read_manifest(folder)
+    print(f"{name}: {folder}, built {man['built_at']} in {man['train_seconds']} s")
+
+
+def _spawn(out: Path, role: str, name: str, log: str, env: dict[str, str]) -> subprocess.Popen:
+    """This module in a process of its own, running ``--build NAME`` or ``--probe NAME``,
+    its output in ``OUT/logs/<log>.log``."""
+    return subprocess.Popen([sys.executable, "-m", "minirepro.core.lm.gpu_build", str(out), f"--{role}", name],
+                            env=env, stdout=open(out / "logs" / f"{log}.log", "w"), stderr=subprocess.STDOUT)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out", help="folder for the artifacts, probes and logs")
     ap.add_argument("--deadline", type=float, default=480.0, help="seconds before probes stop")
     ap.add_argument("--probe", help=argparse.SUPPRESS)
+    ap.add_argument("--build", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     out = Path(args.out).resolve()
     if args.probe:
         run_probe(args.probe, out / "probes" / f"{args.probe}.json")
+        return
+    if args.build:
+        run_build(args.build)
         return
     (out / "logs").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MINIREPRO_DEVICE": "cuda", "MINIREPRO_ARTIFACTS": str(out),
            "MINIREPRO_CACHE": str(out / ".cache"), "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
            "MINIREPRO_DATA_WORKERS": "4", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("TQDM_DISABLE", None)  # keep the progress lines
-    cli = [sys.executable, "-m", "minirepro.cli", "artifacts", "build"]
-    jobs = {name: subprocess.Popen([*cli, name], env=env, stdout=open(out / "logs" / f"{name}.log", "w"),
-                                   stderr=subprocess.STDOUT)
-            for name in ("lm-book", "lm-book-opt")}
-    probes = {name: subprocess.Popen([sys.executable, "-m", "minirepro.core.lm.gpu_build", str(out),
-                                      "--probe", name], env=env,
-                                     stdout=open(out / "logs" / f"probe-{name}.log", "w"),
-                                     stderr=subprocess.STDOUT)
-              for name in PROBES}
+    jobs = {name: _spawn(out, "build", name, name, env) for name in BUILDS}
+    probes = {name: _spawn(out, "probe", name, f"probe-{name}", env) for name in PROBES}
     t0 = time.time()
     while any(p.poll() is None for p in [*jobs.values(), *probes.values()]):
         if time.time() - t0 > args.deadline:

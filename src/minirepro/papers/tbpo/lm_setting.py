@@ -12,7 +12,7 @@ end token, if sampled, is the last one). The reward is computed from the decoded
 
 and preference pairs (two reference samples per prompt) are labelled by one Bradley-Terry draw,
 ``p(y_1 > y_2) = sigmoid(R(y_1) - R(y_2))``. DPO, TBPO-A and TBPO-Q are trained with the very
-losses of ``losses.py`` (through ``train.method_loss``), one loop, same beta, steps, lr and data.
+losses of ``losses.py`` (through its ``method_loss``), one loop, same beta, steps, lr and data.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import torch.nn as nn
 from minirepro.core import ScaledConfig, progress, set_seed
 from minirepro.core.lm import Substrate, load_substrate
 from minirepro.core.lm.corpus import TOPICS
-from minirepro.papers.tbpo import losses as L
-from minirepro.papers.tbpo.train import METHODS, method_loss
+from minirepro.papers.tbpo.config import check_methods
+from minirepro.papers.tbpo.losses import METHODS, method_loss
 
 CORPUS = "smoke"  # the substrate preset whose corpus gives the prompts (lm-smoke's own corpus)
 
@@ -70,11 +70,7 @@ class LMSettingConfig(ScaledConfig):
             raise ValueError(f"model_name must be a non-empty string, got {self.model_name!r}")
         if self.topic not in TOPICS:
             raise ValueError(f"topic must be one of {list(TOPICS)}, got {self.topic!r}")
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
-            raise ValueError(f"unknown methods {unknown}; expected names from {list(METHODS)}")
-        if self.tbpo_member not in L.MEMBERS:
-            raise ValueError(f"tbpo_member must be one of {L.MEMBERS}, got {self.tbpo_member!r}")
+        check_methods(self.methods, self.tbpo_member)
         for name in ("n_prompts", "max_new_tokens", "n_pairs", "steps", "batch_size", "n_eval",
                      "eval_every", "n_seeds"):
             if int(getattr(self, name)) < 1:
@@ -261,7 +257,7 @@ def lm_token_stats(policy: LMPolicy, lref: torch.Tensor, prompt_ids: torch.Tenso
 
     Per-token statistics of responses ``tokens``
     ``(B, T)`` after ``prompt_ids`` ``(B, P)``, given the reference's log-probs ``lref``
-    ``(B, T, vocab)`` (:func:`reference_logprobs`), in the format ``train.method_loss`` reads:
+    ``(B, T, vocab)`` (:func:`reference_logprobs`), in the format ``losses.method_loss`` reads:
     ``lr`` (log pi/pi_ref of the emitted token), ``mask``, ``v`` (baseline), ``kl_pi_ref`` =
     KL(pi||pi_ref)(s_t), ``kl_ref_pi``, ``entropy``, all ``(B, T)`` and 0 after each response's end."""
     if tokens.ndim != 2 or prompt_ids.shape[0] != tokens.shape[0] or lengths.shape != (tokens.shape[0],):
@@ -314,7 +310,7 @@ def train_lm_method(method: str, sub: Substrate, prompt_ids: torch.Tensor,
     """[reconstruction] preference optimisation: one run of ``method`` from the substrate model.
 
     One run from the substrate model with
-    ``method``'s loss (``train.method_loss``): the same data, minibatch order (from ``seed``),
+    ``method``'s loss (``losses.method_loss``): the same data, minibatch order (from ``seed``),
     beta, steps and lr for every method. ``ref_lp`` holds the reference log-probs of the chosen
     and rejected responses (computed here if ``None``); ``start`` the step-0 evaluation (the
     reference model's, the same for every run; computed here if ``None``).

@@ -22,11 +22,26 @@ minimised at ``R_theta = R_data`` for every ``h``. ``c_h`` makes every member's 
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
 MEMBERS: tuple[str, ...] = ("logistic", "kliep", "lsif", "ba")
+
+# name on the plots -> (loss kind, Bregman member, lam)
+METHODS: dict[str, tuple[str, str, float]] = {
+    "DPO": ("dpo", "logistic", 1.0),
+    "TDPO": ("tdpo", "logistic", 1.0),
+    "Bregman (logistic)": ("bregman", "logistic", 1.0),
+    "Bregman (KLIEP)": ("bregman", "kliep", 1.0),
+    "Bregman (LSIF)": ("bregman", "lsif", 1.0),
+    "Bregman (BA -0.5)": ("bregman", "ba", -0.5),
+    "TBPO-Q": ("tbpo-q", "logistic", 1.0),
+    "TBPO-A": ("tbpo-a", "logistic", 1.0),
+    "IPO": ("ipo", "logistic", 1.0),
+    "SimPO": ("simpo", "logistic", 1.0),
+}
 
 
 def _check_member(member: str, lam: float) -> None:
@@ -231,6 +246,56 @@ def tbpo_token_loss(q_w: torch.Tensor, mask_w: torch.Tensor, q_l: torch.Tensor, 
             win < 1, (1 - win) * bregman_ell(-log_R, member, lam), 0.0)
     per_pair = (ell * cover).sum(1) / cover.sum(1).clamp_min(1.0)
     return per_pair.mean()
+
+
+class LossSettings(Protocol):
+    """Eqs. (tbpo-eq-dpo, tbpo-eq-tdpo, tbpo-eq-simpo, tbpo-eq-token): the settings the losses read.
+
+    The chapter's ``Config`` has them all; the LM setting's config has all but SimPO's.
+    """
+
+    beta: float
+    tdpo_alpha: float
+    simpo_beta: float
+    simpo_gamma: float
+    tbpo_member: str
+    tbpo_lam: float
+
+
+def method_loss(method: str, chosen: dict[str, torch.Tensor], rejected: dict[str, torch.Tensor],
+                cfg: LossSettings) -> torch.Tensor:
+    """Eqs. (tbpo-eq-dpo, tbpo-eq-tdpo, tbpo-eq-bregman, tbpo-eq-token): ``method``'s loss.
+
+    ``method`` is a name in ``METHODS``; ``chosen`` and ``rejected`` are the
+    :func:`~minirepro.papers.tbpo.policy.token_stats` of the preferred and the dispreferred
+    responses; ``chosen["win"]`` (optional, ``(B, T)``) holds token-level labels, read by
+    TBPO-Q and TBPO-A only.
+    IPO and SimPO: Eqs. (tbpo-eq-ipo, tbpo-eq-simpo).
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
+    kind, member, lam = METHODS[method]
+    b = cfg.beta
+    args = (chosen["lr"], chosen["mask"], rejected["lr"], rejected["mask"])
+    if kind == "dpo":
+        return dpo_loss(*args, beta=b)
+    if kind == "tdpo":
+        return tdpo_loss(*args, kl_w=chosen["kl_ref_pi"], kl_l=rejected["kl_ref_pi"], beta=b, alpha=cfg.tdpo_alpha)
+    if kind == "bregman":
+        return bregman_sequence_loss(*args, beta=b, member=member, lam=lam)
+    if kind == "ipo":
+        return ipo_loss(*args, tau=b)
+    if kind == "simpo":
+        return simpo_loss(chosen["lp"], chosen["mask"], rejected["lp"], rejected["mask"],
+                          beta=cfg.simpo_beta, gamma=cfg.simpo_gamma)
+    if kind == "tbpo-q":
+        qw = tbpo_q_values(chosen["lr"], chosen["mask"], chosen["v"], b)
+        ql = tbpo_q_values(rejected["lr"], rejected["mask"], rejected["v"], b)
+    else:
+        qw = tbpo_a_values(chosen["lr"], chosen["mask"], chosen["kl_pi_ref"], b)
+        ql = tbpo_a_values(rejected["lr"], rejected["mask"], rejected["kl_pi_ref"], b)
+    return tbpo_token_loss(qw, chosen["mask"], ql, rejected["mask"], member=cfg.tbpo_member, lam=cfg.tbpo_lam,
+                           win=chosen.get("win"))
 
 
 def population_minimiser(member: str, p: float, lam: float = 1.0) -> float:

@@ -18,7 +18,7 @@ Bellman recursion (``V*(T, .) = 0``)
     V*(t, p)    = beta log sum_a pi_ref(a | p) exp(Q*(t, p, a) / beta).
 
 Policies here are *tables* ``(T, V, V + 1)``: ``pi[t, p, a]``. The neural policy is
-evaluated on sampled prefixes instead (see ``train.py``).
+evaluated on sampled prefixes instead (see ``evaluation.py``).
 """
 
 from __future__ import annotations
@@ -298,6 +298,12 @@ def make_token_preferences(mdp: TokenMDP, n_pairs: int, rng: np.random.Generator
             "p_chosen": np.where(first, p1, 1 - p1),
             "token_win": np.where(f, win1, ~win1 & cover).astype(np.float64),
             "p_token": np.where(f, p_tok, 1 - p_tok) * cover}
+
+
+def n_responses(n_tokens: int, horizon: int) -> int:
+    """The number of possible responses to a prompt: ``V^(L-1)`` ending with EOS at each length
+    ``L <= T``, plus the ``V^T`` cut at ``T`` without one (what :func:`enumerate_responses` lists)."""
+    return sum(n_tokens ** (length - 1) for length in range(1, horizon + 1)) + n_tokens ** horizon
 
 
 def enumerate_responses(mdp: TokenMDP, prompt: int) -> tuple[np.ndarray, np.ndarray]:
