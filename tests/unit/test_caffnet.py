@@ -529,3 +529,113 @@ def test_cvxpylayers_projection_equals_caffnet_w0_and_cvxpy_and_times_are_tabled
     fake = pd.DataFrame({"m": [4, 8, 12, 16], "CAffNet / cvxpylayers": [0.1, 1.2, 0.9, 3.0]})
     assert qplayer.crossover(fake) == 16
     assert qplayer.crossover(fake.iloc[:1]) is None
+
+
+# ------------------------------------------------------------------ the page's metrics and prose
+
+
+def _settled(**kw):
+    """A stand-in for a settled claim (the attributes the prose reads)."""
+    from types import SimpleNamespace
+
+    base = {"id": "c", "paper_value": "-", "measured": "m", "verdict": "reproduced", "details": {}}
+    return SimpleNamespace(**{**base, **kw})
+
+
+def _seed_table():
+    """Per-seed rows of two scenarios x two methods x three seeds, as ``evaluate`` gives them."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows = [{"scenario": s, "method": m, "seed": k, "error": float(rng.uniform(0, 1)),
+             "max_violation": float(rng.uniform(0, 1e-3)), "violating_fraction": 0.5}
+            for s in ("piecewise", "convex QP") for m in ("soft penalty", "CAffNet") for k in range(3)]
+    return pd.DataFrame(rows)
+
+
+def test_recorded_metrics_are_the_seed_means_in_recording_order_with_their_tolerances():
+    import pandas as pd
+
+    table = _seed_table()
+    other = table.assign(scenario=table.scenario.map({"piecewise": C.A_OF_X, "convex QP": C.UNICYCLE}))
+    roll = pd.DataFrame({"method": ["HardNet-Aff", "HardNet-Aff", "CAffNet", "CAffNet"],
+                         "seed": [0, 1, 0, 1], "collisions": [2, 3, 0, 0]})
+    got = C.report.recorded_metrics(C.summarise(table), 1e-3, C.summarise(other), roll, exact=1e-9)
+    direct = table.groupby(["scenario", "method"])[["error", "max_violation"]].mean()
+    first = C.report.summary_metrics(C.summarise(table), 1e-9)
+    assert list(got)[:len(first)] == list(first)  # the main scenarios first, then the control
+    assert list(got)[len(first)] == "hardnet_control_max_violation"
+    for (s, m), row in direct.iterrows():
+        assert got[f"{s}/{m}/error"] == (pytest.approx(row.error, rel=1e-12), {"rtol": 1e-3, "atol": 1e-6})
+        assert got[f"{s}/{m}/max_violation"][0] == pytest.approx(row.max_violation, rel=1e-12)
+        assert got[f"{s}/{m}/max_violation"][1] == {"rtol": 1e-3, "atol": 1e-9}
+    assert got["hardnet_control_max_violation"] == (1e-3, {"atol": 1e-9})
+    assert f"{C.A_OF_X}/CAffNet/error" in got
+    tail = list(got.items())[-2:]  # collisions summed over seeds, methods in the rollouts' order
+    assert tail == [(f"{C.UNICYCLE}/HardNet-Aff/colliding rollouts", (5.0, {"atol": 1})),
+                    (f"{C.UNICYCLE}/CAffNet/colliding rollouts", (0.0, {"atol": 1}))]
+
+
+def test_the_unicycle_sentence_switches_when_a_learned_w_is_not_farther_than_the_projection():
+    import pandas as pd
+
+    far = pd.DataFrame({"fixed projection": [1.0, 1.0], "CAffNet": [2.0, 2.0], C.report.ZERO_W: [1.5, 1.5]})
+    assert C.report.unicycle_error_line(far).endswith(
+        "projection 1, random-init w 2, zero-init w 1.5; with either init the learned w ends farther "
+        "from the target than the projection.")
+    near = far.assign(**{C.report.ZERO_W: [1.0, 1.0]})  # equal to the projection: not farther
+    assert C.report.unicycle_error_line(near).endswith(
+        "the learned w does not end farther from the target with both inits.")
+
+
+def test_the_timing_sentence_names_the_crossover_or_says_there_is_none():
+    import pandas as pd
+
+    times = pd.DataFrame({"m": [4, 8, 12], "subsets": [15, 162, 793],
+                          "CAffNet / cvxpylayers": [0.5, 1.5, 3.25]})
+    cross = C.qplayer.crossover(times)
+    assert cross == 8
+    assert C.report.timing_line(times, cross, 4) == (
+        "- *Timing* (this machine, n = 4): CAffNet's layer is the slower one from m = 8 rows on "
+        "(162 subsets); at m = 12 it takes 3.2 times the QP layer's time.")
+    assert C.report.timing_line(times, None, 4) == (
+        "- *Timing* (this machine, n = 4): CAffNet's layer stays the faster one up to m = 12; "
+        "at m = 12 it takes 3.2 times the QP layer's time.")
+
+
+def test_the_projection_reading_gives_each_scenario_and_the_qp_room_only_when_a_bound_was_used():
+    tie = _settled(details={s: {"estimate": 0.001234, "low": -0.002, "high": 0.004, "verdict": "reproduced",
+                                "power_estimate": -0.5} for s in ("convex QP", "nonconvex (DC3)")})
+    beyond = _settled(verdict="not reproduced", measured="improvement -0.1")
+    qp = _settled(verdict="not testable", details={"room": 0.0004})
+    text = C.report.projection_reading(tie, beyond, qp, ["convex QP", "nonconvex (DC3)"], 0.01)
+    lines = text.split("\n")
+    assert len(lines) == 3 and lines[0].startswith("- *convex QP*: CAffNet's gap minus the projection's is "
+                                                   "0.00123 objective units (90% CI -0.002 to 0.004, "
+                                                   "margin +-0.01); CAffNet is 0.5 below")
+    assert lines[2] == ("- *beyond the projection*: on nonconvex (DC3) **not reproduced** (improvement -0.1); "
+                        "on the convex QP **not testable**: the projection's gap leaves 0.0004 of room "
+                        "above the cvxpy optimum, against a minimum effect of 0.01.")
+    assert C.report.qp_room({}, 0.01) == "no bound was used"
+
+
+def test_the_claims_table_and_the_paper_table_read_the_claims_and_the_summary():
+    claims = [_settled(id="a", paper_value="p", measured="x", verdict="reproduced"),
+              _settled(id="b", verdict="not testable")]
+    assert C.report.claims_markdown(claims) == ("| claim | paper | here | verdict |\n|---|---|---|---|\n"
+                                                "| a | p | x | **reproduced** |\n| b | - | m | **not testable** |")
+    table = _seed_table()
+    paper = C.report.paper_table(C.summarise(table))
+    mean = table[table.scenario == "piecewise"].groupby("method")[["error", "max_violation"]].mean()
+    assert list(paper.index) == ["CAffNet", "soft penalty"]
+    assert paper.loc["CAffNet", "here (1-D)"] == (f"MSE {float(mean.loc['CAffNet', 'error']):.2g}, max viol. "
+                                                  f"{float(mean.loc['CAffNet', 'max_violation']):.2g}")
+
+
+def test_the_claim_settings_name_the_configs_sizes_and_seeds():
+    cfg = C.Config.preset("smoke")
+    text = C.report.claim_setting(cfg, "smoke")
+    assert text.startswith(f"smoke scale; MLPs (32, 32); seeds {cfg.seeds}; 1-D: 50 points, 100 steps")
+    assert text.endswith("QP/DC3: n=4, 4 ineq + 2 eq, 96 train / 32 test, 30 steps")
+    other = C.report.other_setting(cfg, "smoke")
+    assert f"{C.M_LE_N}: 2 ineq + 2 eq in n=4" in other and other.endswith("6 rollouts of 50 x 0.05 s")

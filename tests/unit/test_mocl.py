@@ -505,3 +505,72 @@ def test_fisher_tail_index_per_layer_at_init():
     cfg = mocl.Config.preset("smoke")
     idx = mocl.fisher_tail_index(mocl.init_statistics(cfg, seed=0))
     assert len(idx) == len(cfg.sizes) - 1 and all(np.isfinite(v) and v > 0 for v in idx)
+
+
+# --------------------------------------------------------------------------- the page's prose
+
+
+def _run(method, seed, R, fill=None):
+    T = R.shape[0]
+    return mocl.RunResult(method, seed, np.asarray(R, dtype=float), np.ones(T),
+                          np.full((T, 2), np.nan) if fill is None else np.asarray(fill, dtype=float),
+                          np.ones((T, 2)))
+
+
+def test_the_gpm_curve_reading_switches_at_the_flat_band_around_the_pick():
+    grid = (0.5, 0.7, 0.8, 0.9)
+    falls = mocl.report.gpm_curve_reading([0.60, 0.65, 0.70, 0.62], 0.8, grid)
+    assert falls.startswith(f"GPM's final ACC on seed {mocl.TUNING_SEED} by first-layer threshold: "
+                            "0.5: 0.600, 0.7: 0.650, 0.8: 0.700, 0.9: 0.620. The pick 0.8 scores 0.700; "
+                            "the best value below it, 0.7, scores 0.650 (-0.050), and the best of the "
+                            "whole grid is 0.8 (0.700). The curve is not flat below the pick")
+    # the band is [pick - 0.005, pick + 0.005]: its edges read as flat, just outside it does not
+    flat = [mocl.report.curve_below_pick(b, 0.7) for b in (0.7 - 0.004, 0.7, 0.7 + 0.005)]
+    assert all(t.startswith("The curve is flat below the pick (within 0.005 of ACC)") for t in flat)
+    assert mocl.report.curve_below_pick(0.7 - 0.006, 0.7).startswith("The curve is not flat")
+    assert mocl.report.curve_below_pick(0.7 + 0.006, 0.7).startswith("A value below the pick does better")
+    with pytest.raises(ValueError):  # one ACC per grid value
+        mocl.report.gpm_curve_reading([0.6, 0.7], 0.8, grid)
+
+
+def test_the_ablation_sentence_switches_on_the_sign_the_bwt_band_and_the_verdict():
+    s = mocl.report.ablation_sentence("MoCL (no decay)", -0.0123, 0.0049, matters=True)
+    assert s == ("*MoCL (no decay)* ends below full MoCL in ACC by 0.012 and forgets about as much "
+                 "(BWT +0.005): the full gate's version of this part earns its place, as the paper's "
+                 "design implies.")
+    assert "forgets less (BWT +0.006)" in mocl.report.ablation_sentence("p", 0.01, 0.006, False)
+    assert "forgets more (BWT -0.005)" in mocl.report.ablation_sentence("p", 0.01, -0.005, False)
+    assert mocl.report.ablation_sentence("p", 0.01, 0.0, False) == (
+        "*p* ends above full MoCL in ACC by 0.010 and forgets about as much (BWT +0.000): by the rule, "
+        "this part of the gate did not earn its place here.")
+    assert "heavier after training" in mocl.report.tail_sentence(np.array([1.0]), np.array([2.0]), "x")
+    assert "not heavier" in mocl.report.tail_sentence(np.array([2.0]), np.array([2.0]), "x")
+
+
+def test_the_metric_summaries_equal_a_direct_computation():
+    rng = np.random.default_rng(0)
+    runs = [_run(m, s, rng.uniform(size=(3, 3)), fill=rng.uniform(size=(3, 2)) if m == "GPM" else None)
+            for m in ("GPM", "EWC", "fine-tuning") for s in (0, 1)]
+    learn = mocl.report.mean_plasticity(runs, ("EWC", "GPM"))
+    ewc = [np.diag(r.R) for r in runs if r.method == "EWC"]
+    assert learn["EWC"] == pytest.approx(np.mean(ewc), rel=1e-12) and set(learn) == {"EWC", "GPM"}
+    fill = mocl.report.gpm_final_fill(runs)
+    assert np.allclose(fill, np.mean([r.fill[-1] for r in runs if r.method == "GPM"], axis=0))
+    acc = mocl.per_seed(runs, "ACC")
+    assert mocl.report.seed_mean(acc, "GPM") == pytest.approx(
+        np.mean([r.R[-1].mean() for r in runs if r.method == "GPM"]), rel=1e-12)
+    text = mocl.report.ewc_sentence(acc, mocl.per_seed(runs, "BWT"), {"EWC": 0.5, "fine-tuning": 0.75})
+    gap = mocl.report.seed_mean(acc, "EWC") - mocl.report.seed_mean(acc, "fine-tuning")
+    assert text.startswith(f"*EWC* ends {'above' if gap > 0 else 'below'} fine-tuning in ACC")
+    assert "averages 0.500 against fine-tuning's 0.750" in text
+
+
+def test_the_tuning_table_flags_a_pick_on_the_grid_edge():
+    cfg = mocl.Config.preset("smoke")
+    table = mocl.report.tuning_table(cfg)
+    assert list(table.index) == list(mocl.TUNING_GRID)
+    assert table.loc["MoCL", "used here"] == str(cfg.beta)
+    assert table["inside the grid"].all()  # the chapter's picks all lie inside their grids
+    edge = mocl.Config.preset("smoke", beta=mocl.TUNING_GRID["MoCL"][1][-1])
+    assert not mocl.report.tuning_table(edge).loc["MoCL", "inside the grid"]
+    assert mocl.report.claim_setting(cfg).endswith(f"epochs/task, seeds {cfg.seeds}")

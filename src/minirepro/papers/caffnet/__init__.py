@@ -9,9 +9,10 @@
 * ``qplayer``: the cvxpylayers projection layer the CAffine layer is timed against.
 * ``experiment``: the chapter's config and the runs over seeds (the verdicts are
   decided by the rule objects of ``minirepro.claims.rules`` in the notebook).
+* ``report``: the claims' settings, the recorded metrics and the page's computed prose.
 """
 
-from minirepro.papers.caffnet import plots, qplayer  # noqa: E402
+from minirepro.papers.caffnet import plots, qplayer, report  # noqa: E402
 from minirepro.papers.caffnet.experiment import (
     A_OF_X,
     M_LE_N,
@@ -127,4 +128,5 @@ __all__ = [
     "violation",
     "plots",
     "qplayer",
+    "report",
 ]

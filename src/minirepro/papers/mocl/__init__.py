@@ -5,9 +5,11 @@ The mechanism is a **reconstruction** (no public code or method section): see
 
 Modules: ``qstats`` (q-exponential, Tsallis entropy, effective rank), ``benchmarks``
 (Permuted-/Split-Digits), ``network`` (the shared MLP), ``methods`` (MoCL, GPM, SGP,
-EWC, fine-tuning), ``experiment`` (training streams, accuracy matrix, ACC/BWT).
+EWC, fine-tuning), ``experiment`` (training streams, accuracy matrix, ACC/BWT), ``report``
+(the claims' setting, the page's tables and computed prose).
 """
 
+from minirepro.papers.mocl import report
 from minirepro.papers.mocl.benchmarks import (
     BENCHMARKS,
     Task,
@@ -122,6 +124,7 @@ __all__ = [
     "per_seed",
     "permuted_digits",
     "plasticity",
+    "report",
     "run_experiment",
     "run_joint",
     "run_stream",
