@@ -18,7 +18,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from minirepro.chapters import ChapterError, did_you_mean, discover, get, show
+from minirepro.chapters import ChapterError, did_you_mean, discover, get
+from minirepro.core.params import show
 from minirepro.core.scale import SCALES
 
 

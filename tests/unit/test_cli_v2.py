@@ -30,8 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from minirepro.chapters import ChapterError, discover, parse_parameters
+from minirepro.chapters import ChapterError, discover
 from minirepro.cli import main
+from minirepro.core.params import parse_parameters
 from minirepro.run import sweep
 from minirepro.run.cluster import CONNECT_TIMEOUT, connect_timeout
 from minirepro.run.progress import SweepProgress, enabled, run_line

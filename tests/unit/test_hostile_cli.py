@@ -21,8 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from minirepro.chapters import ChapterError, get, parse_parameters, show
+from minirepro.chapters import ChapterError, get
 from minirepro.cli import main
+from minirepro.core.params import parse_parameters, show
 from minirepro.run import make_run_id, run_chapter, stop_process_tree, sweep
 from minirepro.run.summary import write_summary
 from minirepro.run.sweep import check_metric

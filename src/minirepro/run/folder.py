@@ -3,14 +3,14 @@
 A run executes a chapter's notebook in a fresh kernel (papermill, in a
 subprocess with its own environment) inside a hidden staging folder
 ``runs/<chapter>/.incomplete-<run-id>/``, where ``runs/`` is ``--runs-dir`` or, by
-default, ``runs/`` in the current folder (:func:`minirepro.chapters.default_runs_dir`). Only when it finishes is the folder
+default, ``runs/`` in the current folder (:func:`minirepro.run.request.default_runs_dir`). Only when it finishes is the folder
 renamed to ``runs/<chapter>/<run-id>/``; a failed run is renamed to
 ``runs/<chapter>/<run-id>-FAILED/`` holding ``<chapter>-FAILED.ipynb`` (the
 partial notebook) and ``error.txt``. So a folder without ``-FAILED`` and with
 ``results.json`` is always a finished run.
 
 Every value is checked before anything is written (names, types, ranges, path
-parameters, ``threads``, the runs folder): by :func:`minirepro.chapters.check_run`,
+parameters, ``threads``, the runs folder): by :func:`minirepro.run.request.check_run`,
 the one validation. A run stopped by SIGINT, SIGTERM or SIGHUP is marked FAILED
 with ``error.txt`` saying which signal interrupted it, and :class:`Interrupted`
 is raised.
@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minirepro.chapters import Chapter, check_run, make_runs_dir, repo_root
+from minirepro.chapters import Chapter, repo_root
 from minirepro.run.notebook import cell_timeout, execute, kernel_env, to_ipynb
 from minirepro.run.process import Interrupted, children_cpu, signals_ignored, stop_signals_raise
 from minirepro.run.progress import cell_progress
+from minirepro.run.request import check_run, make_runs_dir
 
 
 class RunFailed(RuntimeError):
@@ -82,7 +83,7 @@ def run_chapter(name: str, params: dict[str, Any] | None = None, scale: str | No
         params: parameter overrides, validated against the ``parameters`` cell.
         scale: shorthand for ``params["scale"]``.
         runs_dir: where run folders go (default ``runs/`` in the current folder,
-            :func:`minirepro.chapters.default_runs_dir`).
+            :func:`minirepro.run.request.default_runs_dir`).
         threads: torch threads inside the kernel (``MINIREPRO_THREADS``).
         quiet_bars: set ``TQDM_DISABLE=1`` in the kernel.
         progress: show a bar of the notebook's finished cells on standard error.

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from minirepro.chapters import is_seed_name, show
 from minirepro.claims.rules import VERDICTS
+from minirepro.core.params import is_seed_name, show
 
 SHORT_VERDICT = {"not testable at this scale": "not testable"}
 

@@ -13,19 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from minirepro.chapters import (
-           Chapter,
-           ChapterError,
-           check_runs_dir,
-           default_runs_dir,
-           get,
-           repo_root,
-           show,
-)
+from minirepro.chapters import Chapter, ChapterError, get, repo_root
+from minirepro.core.params import show
 from minirepro.run.cluster import sweep_dask
 from minirepro.run.folder import make_run_id, mark_abandoned, run_record
 from minirepro.run.process import Interrupted, signals_ignored, stop_signals_raise
 from minirepro.run.progress import SweepProgress
+from minirepro.run.request import check_runs_dir, default_runs_dir
 from minirepro.run.summary import declared_headline, write_summary
 
 
