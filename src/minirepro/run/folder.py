@@ -73,13 +73,13 @@ def make_run_id(params: dict[str, Any]) -> str:
 
 
 
-def run_chapter(name: str, params: dict[str, Any] | None = None, scale: str | None = None,
+def run_chapter(chapter: Chapter, params: dict[str, Any] | None = None, scale: str | None = None,
                 runs_dir: Path | None = None, root: Path | None = None,
                 threads: int | None = None, quiet_bars: bool = False, progress: bool = False) -> Run:
     """Run one chapter with ``params`` and return the finished run.
 
     Args:
-        name: chapter name (``caffnet``) or folder name (``07-caffnet``).
+        chapter: the chapter (resolved once, by the caller: :func:`minirepro.chapters.get`).
         params: parameter overrides, validated against the ``parameters`` cell.
         scale: shorthand for ``params["scale"]``.
         runs_dir: where run folders go (default ``runs/`` in the current folder,
@@ -89,15 +89,15 @@ def run_chapter(name: str, params: dict[str, Any] | None = None, scale: str | No
         progress: show a bar of the notebook's finished cells on standard error.
 
     Raises:
-        ChapterError: unknown chapter, parameter or value, out-of-range value, missing
+        ChapterError: unknown parameter or value, out-of-range value, missing
             path, bad ``threads`` or an unusable runs folder (nothing is written).
         RunFailed: the notebook raised; the partial notebook is kept and named.
         Interrupted: SIGINT, SIGTERM or SIGHUP (a ``KeyboardInterrupt``): the process
             tree was stopped and the run marked ``-FAILED``, ``error.txt`` saying so.
     """
     root = (root or repo_root()).resolve()
-    req = check_run(name, params, scale, threads, runs_dir, root)
-    chapter, params, full_params, runs_dir = req.chapter, req.params, req.full_params, req.runs_dir
+    req = check_run(chapter, params, scale, threads, runs_dir)
+    params, full_params, runs_dir = req.params, req.full_params, req.runs_dir
     with stop_signals_raise():
         make_runs_dir(runs_dir)
         run_id = make_run_id(full_params)
@@ -290,11 +290,11 @@ same, so the numbers are too, up to timings and floating-point differences betwe
 """
 
 
-def run_record(name: str, params: dict[str, Any], scale: str | None, runs_dir: Path | None,
+def run_record(chapter: Chapter, params: dict[str, Any], scale: str | None, runs_dir: Path | None,
                root: Path) -> dict[str, Any]:
     """One run of a sweep, as a record; thread counts are left as in a single run."""
     try:
-        run = run_chapter(name, params, scale=scale, runs_dir=runs_dir, root=root, quiet_bars=True)
+        run = run_chapter(chapter, params, scale=scale, runs_dir=runs_dir, root=root, quiet_bars=True)
         return {"params": params, "ok": True, "folder": str(run.folder),
                 "metrics": run.results["metrics"], "seconds": run.results["seconds"],
                 "headline": run.results.get("headline"),

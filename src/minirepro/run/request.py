@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minirepro.chapters import Chapter, ChapterError, get, repo_root, show
+from minirepro.chapters import Chapter, ChapterError, show
 from minirepro.core.scale import SCALES
 
 MAX_THREADS = 1024
@@ -85,11 +85,10 @@ class RunRequest:
     runs_dir: Path
 
 
-def check_run(name: str, params: dict[str, Any] | None = None, scale: str | None = None,
-              threads: int | None = None, runs_dir: Path | None = None,
-              root: Path | None = None) -> RunRequest:
-    """The one validation of a run, before anything is written: the chapter, every
-    parameter (names, types, ranges, paths), the scale, ``threads`` and the runs folder.
+def check_run(chapter: Chapter, params: dict[str, Any] | None = None, scale: str | None = None,
+              threads: int | None = None, runs_dir: Path | None = None) -> RunRequest:
+    """The one validation of a run, before anything is written: every parameter of the
+    chapter (names, types, ranges, paths), the scale, ``threads`` and the runs folder.
 
     ``scale`` is shorthand for ``params["scale"]`` (giving both, different, is refused).
     The runs folder defaults to ``runs/`` in the current folder (:func:`default_runs_dir`);
@@ -98,8 +97,6 @@ def check_run(name: str, params: dict[str, Any] | None = None, scale: str | None
     Raises:
         ChapterError: one line naming what is wrong and the valid choices.
     """
-    root = (root or repo_root()).resolve()
-    chapter = get(name, root)
     params = dict(params or {})
     if scale is not None:
         if "scale" in params and params["scale"] != scale:
