@@ -48,7 +48,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from minirepro.chapters import discover, get, repo_root
+from minirepro import chapters as registry  # `chapters` is bench()'s argument
+from minirepro.chapters import discover, repo_root
 
 BUDGETS = {"smoke": 20.0, "book": 120.0}  # seconds on a quiet machine (the chapter contract)
 POLL = 0.1  # seconds between two memory samples
@@ -58,6 +59,7 @@ REAP_SECONDS = 30.0  # how long the child waits for orphaned descendants before 
 _CHILD = r"""
 import ctypes, json, os, resource, signal, sys, time
 from pathlib import Path
+from minirepro import chapters
 from minirepro.run import RunFailed, run_chapter
 chapter, scale, runs, params, reap_seconds = sys.argv[1:6]
 # Adopt orphans: a kernel's worker processes (joblib's loky pool) outlive the kernel by
@@ -69,7 +71,7 @@ except (OSError, AttributeError):
     subreaper = False
 out = {"ok": True, "subreaper": subreaper}
 try:
-    run = run_chapter(chapter, json.loads(params), scale=scale, runs_dir=Path(runs), quiet_bars=True)
+    run = run_chapter(chapters.get(chapter), json.loads(params), scale=scale, runs_dir=Path(runs), quiet_bars=True)
     out["seconds"] = run.results["seconds"]
     out["folder"] = str(run.folder)
 except RunFailed as exc:
@@ -147,7 +149,7 @@ def measure(chapter: str, scale: str, root: Path | None = None, cap: float | Non
     import psutil
 
     root = (root or repo_root()).resolve()
-    ch = get(chapter, root)
+    ch = registry.get(chapter, root)
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="minirepro-bench-") as runs:
         env = dict(os.environ, MINIREPRO_ROOT=str(root), TQDM_DISABLE="1")
@@ -200,7 +202,7 @@ def seed_points(chapter: str, root: Path | None = None) -> tuple[int, int] | Non
     ``None`` when the chapter has no ``n_seeds`` parameter or its fractions would cost as much
     as the whole run (``2 n1 + 1 >= N``): such a chapter is timed in full.
     """
-    ch = get(chapter, root)
+    ch = registry.get(chapter, root)
     if "n_seeds" not in ch.parameters:
         return None
     seeds = ch.presets().get("n_seeds", {})
@@ -310,7 +312,7 @@ def bench(scales: list[str], chapters: list[str] | None = None, root: Path | Non
     ``book/cost.md`` (the table the how-to page includes) beside it.
     """
     root = (root or repo_root()).resolve()
-    names = [get(n, root).name for n in chapters] if chapters else [c.name for c in discover(root)]
+    names = [registry.get(n, root).name for n in chapters] if chapters else [c.name for c in discover(root)]
     out = out or root / "book" / "cost.json"
     old = json.loads(out.read_text()) if out.exists() else {"cells": []}
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")

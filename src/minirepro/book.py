@@ -42,8 +42,9 @@ from typing import Any
 
 import yaml
 
-from minirepro.chapters import repo_root, toc_files
+from minirepro.chapters import repo_root
 from minirepro.core.scale import resolve_scale
+from minirepro.core.toc import toc_files
 
 CELL_TIMEOUT = 300  # seconds a cell may take in the book build
 

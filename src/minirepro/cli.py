@@ -18,7 +18,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from minirepro.chapters import ChapterError, did_you_mean, discover, get, show
+from minirepro import chapters
+from minirepro.chapters import Chapter, ChapterError, did_you_mean, discover
+from minirepro.core.params import show
 from minirepro.core.scale import SCALES
 
 
@@ -32,8 +34,7 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _parse_pairs(pairs: list[list[str]] | None, chapter_name: str, single: bool) -> dict:
-    chapter = get(chapter_name)
+def _parse_pairs(pairs: list[list[str]] | None, chapter: Chapter, single: bool) -> dict:
     out: dict = {}
     for item in pairs or []:
         name, values = item[0], item[1:]
@@ -64,8 +65,8 @@ def _parse_pairs(pairs: list[list[str]] | None, chapter_name: str, single: bool)
 
 
 def _cmd_list(args) -> int:
-    chapters = [get(args.chapter)] if args.chapter else discover()
-    presets = {c.name: c.presets() for c in chapters} if args.chapter else {}
+    listed = [chapters.get(args.chapter)] if args.chapter else discover()
+    presets = {c.name: c.presets() for c in listed} if args.chapter else {}
     if args.json:
         print(json.dumps([{"name": c.name, "folder": c.slug, "title": c.title,
                            "parameters": {k: {"type": p.type, "default": p.default,
@@ -75,9 +76,9 @@ def _cmd_list(args) -> int:
                                               **({"presets": presets[c.name][k]}
                                                  if k in presets.get(c.name, {}) else {})}
                                           for k, p in c.parameters.items()}}
-                          for c in chapters], indent=2, default=str))
+                          for c in listed], indent=2, default=str))
         return 0
-    for c in chapters:
+    for c in listed:
         print(f"{c.name}  ({c.slug})  {c.title}")
         for p in c.parameters.values():
             print(f"    {p.describe():48s}  {p.help}")
@@ -105,9 +106,10 @@ def _cmd_run(args) -> int:
     from minirepro.run.progress import enabled
     from minirepro.run.summary import headline_metric, smoke_caveat, verdict_counts
 
-    params = _parse_pairs(args.p, args.chapter, single=True)
+    chapter = chapters.get(args.chapter)
+    params = _parse_pairs(args.p, chapter, single=True)
     try:
-        run = run_chapter(args.chapter, params, scale=args.scale,
+        run = run_chapter(chapter, params, scale=args.scale,
                           runs_dir=Path(args.runs_dir) if args.runs_dir else None,
                           threads=args.threads, quiet_bars=args.quiet,
                           progress=not args.quiet and enabled())
@@ -117,7 +119,7 @@ def _cmd_run(args) -> int:
     res = run.results
     row = {"ok": True, "metrics": res["metrics"], "headline": res.get("headline"),
            "verdicts": {c["id"]: c.get("verdict") for c in res["claims"]}}
-    metric, why = headline_metric([row], chapter=res["chapter"])
+    metric, why = headline_metric([row], chapter=chapter)
     print(f"finished {res['chapter']} in {res['seconds']:.1f} s: {run.folder}")
     if metric is not None:
         value = res["metrics"][metric]
@@ -140,11 +142,12 @@ def _cmd_sweep(args) -> int:
     from minirepro.run import sweep
     from minirepro.run.progress import enabled
 
-    grid = _parse_pairs(args.p, args.chapter, single=False)
+    chapter = chapters.get(args.chapter)
+    grid = _parse_pairs(args.p, chapter, single=False)
     if not grid:
         return _fail("sweep needs at least one -p NAME VALUE [VALUE ...]")
     # every value, -j, --timeout, --runs-dir and --metric are checked by sweep() before any run
-    folder = sweep(args.chapter, grid, jobs=args.jobs, scale=args.scale, backend=args.backend,
+    folder = sweep(chapter, grid, jobs=args.jobs, scale=args.scale, backend=args.backend,
                    runs_dir=Path(args.runs_dir) if args.runs_dir else None, metric=args.metric,
                    scheduler=args.scheduler, timeout=args.timeout, progress=enabled())
     print((folder / "summary.txt").read_text(encoding="utf-8"), end="")
@@ -161,44 +164,43 @@ def _cmd_claims(args) -> int:
     from minirepro.run import replicate
 
     names = args.only or args.update or [c.name for c in discover()]
-    for n in names:
-        get(n)  # every name checked before anything runs
+    resolved = [(n, chapters.get(n)) for n in names]  # every name checked, once, before anything runs
     ran = False
     if args.update is not None:
-        for n in names:
-            print(f"updated {replicate.update(n)}")
+        for _, ch in resolved:
+            print(f"updated {replicate.update(ch)}")
         ran = True
     if args.robustness is not None:
         if args.robustness < 1:
             return _fail(f"--robustness needs K >= 1, got {args.robustness}")
-        for n in names:
-            pol = plan.policy(get(n).name)
+        for n, ch in resolved:
+            pol = plan.policy(ch.name)
             if "fixed" in pol:
                 print(f"{n}: skipped, not re-seeded ({plan.POLICY_FILE}): {pol['fixed']}")
                 continue
-            path = replicate.replicate(n, args.robustness, scale=args.scale or "book", jobs=args.jobs,
+            path = replicate.replicate(ch, args.robustness, scale=args.scale or "book", jobs=args.jobs,
                                        scheduler=args.scheduler)
             print(f"replications over {args.robustness} values of {pol['param']}: {path}")
         ran = True
     if args.pilot:
-        for n in names:
-            if "fixed" in plan.policy(get(n).name):
+        for _, ch in resolved:
+            if "fixed" in plan.policy(ch.name):
                 continue
-            print(f"pilot: {replicate.pilot(n)}")
+            print(f"pilot: {replicate.pilot(ch)}")
         ran = True
     if args.trend:
-        for n in names:
-            if "trend" not in plan.policy(get(n).name):
+        for _, ch in resolved:
+            if "trend" not in plan.policy(ch.name):
                 continue
-            print(f"trend: {replicate.trend(n, jobs=args.jobs, scheduler=args.scheduler)}")
+            print(f"trend: {replicate.trend(ch, jobs=args.jobs, scheduler=args.scheduler)}")
         ran = True
     if args.full:
-        for n in names:
-            print(f"full scale: {replicate.full(n)}")
+        for _, ch in resolved:
+            print(f"full scale: {replicate.full(ch)}")
         ran = True
     if args.pool:
-        for n in names:
-            path = replicate.repool(n)
+        for n, ch in resolved:
+            path = replicate.repool(ch)
             print(f"pooled {path}" if path else f"{n}: no ledger entry to pool")
         ran = True
     if ran:
@@ -216,7 +218,7 @@ def _cmd_goldens(args) -> int:
 
     names = args.chapters or [c.name for c in discover()]
     for n in names:
-        get(n)
+        chapters.get(n)
     status = 0
     for n in names:
         try:
@@ -246,12 +248,12 @@ def _cmd_bench(args) -> int:
     bad = [s for s in scales if s not in SCALES]
     if bad or not scales:
         return _fail(f"unknown scale(s) {', '.join(bad) or '(none)'}; expected some of {', '.join(SCALES)}")
-    chapters = [c for item in (args.chapters or []) for c in item.split(",") if c]
-    for n in chapters:
-        get(n)
+    names = [c for item in (args.chapters or []) for c in item.split(",") if c]
+    for n in names:
+        chapters.get(n)
     if args.estimate and "full" not in scales:
         return _fail("--estimate estimates the full preset: add full to --scales (e.g. --scales full)")
-    path = bench.bench(scales, chapters or None, cap=args.cap, estimate=args.estimate)
+    path = bench.bench(scales, names or None, cap=args.cap, estimate=args.estimate)
     print(path.with_suffix(".md").read_text(), end="")
     print(f"cost table: {path} and {path.with_suffix('.md')}")
     return 0
@@ -263,13 +265,13 @@ def _cmd_lab(args) -> int:
     from minirepro import labs
 
     words = list(args.args)
-    chapters = ", ".join(c.name for c in discover())
+    known = ", ".join(c.name for c in discover())
     if words[:1] == ["grade"]:
         if args.jobs is not None and args.jobs < 1:
             return _fail(f"-j must be at least 1, got {args.jobs}")
         if args.all or len(words) != 3:
             return _fail("usage: minirepro lab grade CHAPTER SUBMISSION (a notebook, an otter zip, "
-                         f"a student's folder or a class folder); chapters: {chapters}")
+                         f"a student's folder or a class folder); chapters: {known}")
         grades = labs.grade(words[1], Path(words[2]), out=Path(args.out) if args.out else None,
                             autograder=Path(args.autograder) if args.autograder else None,
                             jobs=args.jobs)
@@ -277,15 +279,15 @@ def _cmd_lab(args) -> int:
         if args.json:
             for entry, why in getattr(grades, "skipped", []):
                 print(f"skipped {entry}: {why}", file=sys.stderr)
-        out = Path(args.out) if args.out else labs.default_out() / "grades" / get(words[1]).name
+        out = Path(args.out) if args.out else labs.default_out() / "grades" / chapters.get(words[1]).name
         print(f"grades: {out / 'grades.csv'}, report: {out / 'report.md'}", file=sys.stderr)
         return 0 if all(not g.error for g in grades) else 1
     if args.autograder or args.json or args.jobs is not None:
         return _fail("--autograder, --json and -j go with `minirepro lab grade`")
     if args.all == bool(words) or len(words) > 1:
-        return _fail(f"give one chapter or --all (chapters: {chapters}); to grade: "
+        return _fail(f"give one chapter or --all (chapters: {known}); to grade: "
                      "minirepro lab grade CHAPTER SUBMISSION")
-    names = labs.all_chapters() if args.all else [get(words[0]).name]
+    names = labs.all_chapters() if args.all else [chapters.get(words[0]).name]
     start = time.perf_counter()
     built = labs.build_labs(names, Path(args.out) if args.out else None)
     for name, parts in built.items():

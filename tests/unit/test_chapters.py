@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from minirepro.chapters import ChapterError, discover, get, parse_parameters
+from minirepro.chapters import ChapterError, discover, get
+from minirepro.core.params import parse_parameters
 
 CELL = '''import os
 scale = os.environ.get("MINIREPRO_SCALE", "book")  # size {smoke, book, full}

@@ -30,8 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from minirepro.chapters import ChapterError, discover, parse_parameters
+from minirepro.chapters import ChapterError, discover, get
 from minirepro.cli import main
+from minirepro.core.params import parse_parameters
 from minirepro.run import sweep
 from minirepro.run.cluster import CONNECT_TIMEOUT, connect_timeout
 from minirepro.run.progress import SweepProgress, enabled, run_line
@@ -209,7 +210,7 @@ def test_sweep_png_plots_the_chapters_headline_metric(toy_book, monkeypatch):
     real = summary._plot_sweep
     monkeypatch.setattr(summary, "_plot_sweep", lambda df, swept, col, path: plotted.append(col)
                         or real(df, swept, col, path))
-    folder = sweep("toy", {"seed": [0, 1]}, scale="smoke")
+    folder = sweep(get("toy"), {"seed": [0, 1]}, scale="smoke")
     assert plotted == ["metric:n"]  # not "stat", the first metric recorded
     assert (folder / "sweep.png").read_bytes()[:4] == b"\x89PNG"
     rows = json.loads((folder / "summary.json").read_text())
@@ -217,7 +218,7 @@ def test_sweep_png_plots_the_chapters_headline_metric(toy_book, monkeypatch):
     for run in rows:
         assert json.loads((Path(run["folder"]) / "results.json").read_text())["headline"] == "n"
     plotted.clear()
-    sweep("toy", {"seed": [0]}, scale="smoke", metric="stat")  # --metric still wins (one run suffices)
+    sweep(get("toy"), {"seed": [0]}, scale="smoke", metric="stat")  # --metric still wins (one run suffices)
     assert plotted == ["metric:stat"]
 
 

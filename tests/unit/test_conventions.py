@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 from minirepro import chapters
-from minirepro.chapters import is_seed_name
+from minirepro.core import params as param_language
+from minirepro.core.params import is_seed_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPERS = ROOT / "src" / "minirepro" / "papers"
@@ -225,7 +226,7 @@ def _numeric_params(pkg):
 def test_every_number_a_notebook_takes_declares_its_range(pkg):
     ch, params = _numeric_params(pkg)
     missing = [p.name for p in params
-               if not chapters._RANGE.search(p.comment) and p.choices is None and p.bounds() is None]
+               if not param_language._RANGE.search(p.comment) and p.choices is None and p.bounds() is None]
     assert not missing, (f"{ch.path.name}: end these parameters' comments with their allowed range, "
                          f"such as [1, inf] or (0, 1]: {missing}")
 

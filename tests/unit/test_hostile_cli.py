@@ -21,8 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from minirepro.chapters import ChapterError, get, parse_parameters, show
+from minirepro.chapters import ChapterError, get
 from minirepro.cli import main
+from minirepro.core.params import parse_parameters, show
 from minirepro.run import make_run_id, run_chapter, stop_process_tree, sweep
 from minirepro.run.summary import write_summary
 from minirepro.run.sweep import check_metric
@@ -99,9 +100,9 @@ def test_sweep_refuses_a_bad_value_before_any_run(book, capsys):
     err = exit_2_one_line(["sweep", "sleepy", "--scale", "smoke", "-p", "seed", "0", "-1"], capsys)
     assert "'seed'" in err and written(book) == []
     with pytest.raises(ChapterError, match="'lr' must be a finite"):
-        sweep("sleepy", {"lr": [0.5, math.nan]}, scale="smoke")
+        sweep(get("sleepy"), {"lr": [0.5, math.nan]}, scale="smoke")
     with pytest.raises(ChapterError, match="--timeout"):
-        sweep("sleepy", {"seed": [0]}, scale="smoke", timeout=math.nan)
+        sweep(get("sleepy"), {"seed": [0]}, scale="smoke", timeout=math.nan)
     assert written(book) == []
 
 
@@ -109,7 +110,7 @@ def test_the_api_refuses_what_the_cli_refuses(book):
     for kwargs in ({"params": {"seed": -1}}, {"params": {"seed": 2**64}}, {"params": {"lr": math.inf}},
                    {"threads": 0}, {"threads": True}, {"params": {"data_csv": "nope.csv"}}):
         with pytest.raises(ChapterError):
-            run_chapter("sleepy", scale="smoke", **kwargs)
+            run_chapter(get("sleepy"), scale="smoke", **kwargs)
     assert written(book) == []
 
 

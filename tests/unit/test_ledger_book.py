@@ -51,7 +51,7 @@ def test_ledger_update_runs_the_chapter(toy_book):
     from minirepro.run import replicate
 
     _book_files(toy_book)
-    path = replicate.update("toy", scale="smoke")
+    path = replicate.update(get("toy"), scale="smoke")
     entry = json.loads(path.read_text())
     assert entry["claims"][0]["id"] == "positive" and entry["notebook_sha"]
     assert entry["claims"][0]["run_verdict"] == entry["claims"][0]["verdict"]  # no replications yet

@@ -118,10 +118,10 @@ def test_the_policy_varies_another_parameter_or_marks_a_chapter_fixed(toy_book):
     assert plan.planned_runs("toy") == 1
     from minirepro.run import replicate
     with pytest.raises(ValueError, match="not re-seeded"):
-        replicate.replicate("toy", 2, scale="smoke")
+        replicate.replicate(get("toy"), 2, scale="smoke")
     policy.write_text("toy:\n  param: nope\n")
     with pytest.raises(ValueError, match="no `nope` parameter"):
-        replicate.replicate("toy", 2, scale="smoke")
+        replicate.replicate(get("toy"), 2, scale="smoke")
     policy.write_text("toy:\n  param: seed\n  fixed: both\n")
     with pytest.raises(ValueError, match="exactly one"):
         plan.policy("toy")

@@ -7,13 +7,13 @@ import json
 import nbformat
 import pytest
 
-from minirepro.chapters import ChapterError
+from minirepro.chapters import ChapterError, get
 from minirepro.goldens import make_golden
 from minirepro.run import RunFailed, expand_grid, run_chapter, sweep
 
 
 def test_run_writes_a_finished_folder(toy_book):
-    run = run_chapter("toy", {"n": "4", "seed": 1}, scale="smoke")
+    run = run_chapter(get("toy"), {"n": "4", "seed": 1}, scale="smoke")
     assert run.folder.parent == toy_book / "runs" / "toy"
     res = json.loads((run.folder / "results.json").read_text())
     assert set(res) >= {"chapter", "params", "metrics", "claims", "seconds", "cpu_seconds", "load"}
@@ -27,22 +27,22 @@ def test_run_writes_a_finished_folder(toy_book):
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert injected and "n = 4" in injected[0].source
     # same parameters, same numbers
-    again = run_chapter("toy", {"n": 4, "seed": 1}, scale="smoke")
+    again = run_chapter(get("toy"), {"n": 4, "seed": 1}, scale="smoke")
     assert again.results["metrics"] == res["metrics"]
 
 
 def test_bad_input_writes_nothing(toy_book):
     for kwargs in ({"params": {"nope": 1}}, {"params": {"n": "x"}}, {"scale": "huge"}):
         with pytest.raises(ChapterError):
-            run_chapter("toy", **kwargs)
+            run_chapter(get("toy"), **kwargs)
     with pytest.raises(ChapterError, match="unknown chapter"):
-        run_chapter("nope")
+        run_chapter(get("nope"))
     assert not (toy_book / "runs").exists() or not any((toy_book / "runs").rglob("*.ipynb"))
 
 
 def test_a_failed_run_says_so_and_keeps_its_partial_notebook(toy_book):
     with pytest.raises(RunFailed, match="failing on purpose") as info:
-        run_chapter("toy", {"fail": True}, scale="smoke")
+        run_chapter(get("toy"), {"fail": True}, scale="smoke")
     folder = info.value.folder
     assert folder.name.endswith("-FAILED")
     assert (folder / "toy-FAILED.ipynb").exists() and (folder / "error.txt").exists()
@@ -62,9 +62,9 @@ def test_cell_timeout_depends_on_the_scale_and_is_reported_plainly(toy_book, mon
         src.replace("rng = set_seed(seed)", "import time\ntime.sleep(0.3 * n)\nrng = set_seed(seed)"))
     monkeypatch.setattr(runner, "CELL_TIMEOUTS", {"smoke": 2, "book": 2, "full": None})
     with pytest.raises(RunFailed, match=r"a cell ran longer than 2 s, the per-cell limit") as info:
-        run_chapter("toy", {"n": 20}, scale="smoke")  # 6 s in one cell
+        run_chapter(get("toy"), {"n": 20}, scale="smoke")  # 6 s in one cell
     assert "-----" not in str(info.value)
-    assert run_chapter("toy", {"n": 20}, scale="full").results["seconds"] > 5  # no limit at full
+    assert run_chapter(get("toy"), {"n": 20}, scale="full").results["seconds"] > 5  # no limit at full
 
 
 def test_failure_line_is_the_exception_not_a_separator():
@@ -77,14 +77,14 @@ def test_failure_line_is_the_exception_not_a_separator():
 
 
 def test_sweep_keeps_finished_runs_when_one_fails(toy_book):
-    folder = sweep("toy", {"fail": ["false", "true"], "seed": [0, 1]}, jobs=2, scale="smoke")
+    folder = sweep(get("toy"), {"fail": ["false", "true"], "seed": [0, 1]}, jobs=2, scale="smoke")
     summary = json.loads((folder / "summary.json").read_text())
     assert len(summary) == 4
     assert sorted(r["ok"] for r in summary) == [False, False, True, True]
     assert (folder / "summary.csv").exists() and (folder / "summary.md").exists()
     assert (folder / "sweep.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ChapterError):
-        sweep("toy", {"seed": ["a"]})
+        sweep(get("toy"), {"seed": ["a"]})
 
 
 def test_expand_grid():

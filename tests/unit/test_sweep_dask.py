@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from minirepro.chapters import get
 from minirepro.run import sweep
 
 distributed = pytest.importorskip("distributed", reason="the cluster extra (dask[distributed])")
@@ -31,7 +32,7 @@ def _rows(folder):
 
 def test_a_failing_member_does_not_stop_the_others_and_every_folder_comes_back(toy_book, cluster, tmp_path):
     runs = tmp_path / "elsewhere"  # the submitting side's own folder, not the workers'
-    folder = sweep("toy", {"fail": [False, True]}, scale="smoke", runs_dir=runs,
+    folder = sweep(get("toy"), {"fail": [False, True]}, scale="smoke", runs_dir=runs,
                    scheduler=cluster.scheduler_address, timeout=600)
     rows = _rows(folder)
     assert len(rows) == 2
@@ -73,7 +74,7 @@ def test_a_worker_killed_mid_sweep_loses_no_run(toy_book, cluster, tmp_path):
 
     t = threading.Thread(target=kill_a_busy_worker)
     t.start()
-    folder = sweep("toy", {"n": [3, 4]}, scale="smoke", runs_dir=tmp_path / "r",
+    folder = sweep(get("toy"), {"n": [3, 4]}, scale="smoke", runs_dir=tmp_path / "r",
                    scheduler=cluster.scheduler_address, timeout=600)
     t.join()
     assert killed, "no worker was killed: the test did not test anything"
@@ -86,7 +87,7 @@ def test_a_worker_killed_mid_sweep_loses_no_run(toy_book, cluster, tmp_path):
 
 
 def test_local_n_starts_its_own_cluster(toy_book, tmp_path):
-    folder = sweep("toy", {"n": [3]}, scale="smoke", runs_dir=tmp_path / "r", scheduler="local:1",
+    folder = sweep(get("toy"), {"n": [3]}, scale="smoke", runs_dir=tmp_path / "r", scheduler="local:1",
                    timeout=600)
     (row,) = _rows(folder)
     assert row["ok"] and (tmp_path / "r" / "toy").is_dir()
@@ -96,6 +97,6 @@ def test_bad_scheduler_is_refused(toy_book):
     from minirepro.chapters import ChapterError
 
     with pytest.raises(ChapterError, match="tcp://HOST:PORT or local:N"):
-        sweep("toy", {"n": [3]}, scheduler="http://x")
+        sweep(get("toy"), {"n": [3]}, scheduler="http://x")
     with pytest.raises(ChapterError, match="N >= 1"):
-        sweep("toy", {"n": [3]}, scheduler="local:0")
+        sweep(get("toy"), {"n": [3]}, scheduler="local:0")

@@ -21,9 +21,10 @@ from typing import Any
 
 import yaml
 
-from minirepro.chapters import Chapter, discover, get, repo_root, toc_docs
+from minirepro.chapters import Chapter, discover, get, repo_root
 from minirepro.claims import plan, why
 from minirepro.claims.rules import VERDICTS
+from minirepro.core.toc import toc_docs
 
 
 def notebook_sha(chapter: Chapter) -> str:

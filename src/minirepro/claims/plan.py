@@ -25,6 +25,9 @@ from typing import Any
 
 import yaml
 
+from minirepro import chapters
+from minirepro.chapters import Chapter, repo_root
+
 POLICY_FILE = Path("book") / "claims" / "robustness_policy.yml"
 K = 5
 STEP = 1000
@@ -32,9 +35,8 @@ PILOT_OFFSET = 900_000
 
 
 def policy(name: str, root: Path | None = None) -> dict[str, Any]:
-    """How a chapter is re-seeded: ``{"param": NAME, "k": K, ...}`` or ``{"fixed": REASON}``."""
-    from minirepro.chapters import repo_root
-
+    """How the chapter called ``name`` is re-seeded: ``{"param": NAME, "k": K, ...}`` or
+    ``{"fixed": REASON}`` (the plan's table is keyed by chapter name; nothing is resolved)."""
     root = (root or repo_root()).resolve()
     path = root / POLICY_FILE
     table = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
@@ -48,43 +50,44 @@ def policy(name: str, root: Path | None = None) -> dict[str, Any]:
     return pol
 
 
-def _default(name: str, param: str, root: Path | None) -> Any:
-    from minirepro.chapters import get
-
-    chapter = get(name, root)
+def _default(chapter: Chapter, param: str) -> Any:
     if param not in chapter.parameters:
         raise ValueError(f"chapter {chapter.name!r} has no `{param}` parameter")
     return chapter.parameters[param].default
 
 
-def replication_values(name: str, k: int | None = None, root: Path | None = None) -> list[int]:
+def replication_values(chapter: Chapter, k: int | None = None, root: Path | None = None) -> list[int]:
     """The values of the varied parameter for ``k`` replications (the plan's ``k`` by default)."""
-    pol = policy(name, root)
+    pol = policy(chapter.name, root)
     if "fixed" in pol:
-        raise ValueError(f"chapter {name!r} is not re-seeded ({POLICY_FILE}): {pol['fixed']}")
-    base = int(_default(name, pol["param"], root) or 0)
+        raise ValueError(f"chapter {chapter.name!r} is not re-seeded ({POLICY_FILE}): {pol['fixed']}")
+    base = int(_default(chapter, pol["param"]) or 0)
     return [base + i * STEP for i in range(k or pol["k"])]
 
 
-def pilot_value(name: str, root: Path | None = None) -> int:
+def pilot_value(chapter: Chapter, root: Path | None = None) -> int:
     """The varied parameter's value for the pilot run (never a reported value)."""
-    pol = policy(name, root)
+    pol = policy(chapter.name, root)
     if "fixed" in pol:
-        raise ValueError(f"chapter {name!r} is not re-seeded ({POLICY_FILE}): {pol['fixed']}")
-    return int(_default(name, pol["param"], root) or 0) + PILOT_OFFSET
+        raise ValueError(f"chapter {chapter.name!r} is not re-seeded ({POLICY_FILE}): {pol['fixed']}")
+    return int(_default(chapter, pol["param"]) or 0) + PILOT_OFFSET
 
 
 def planned_runs(name: str | None, root: Path | None = None) -> int:
     """How many runs' units the chapter's pooled verdict is planned on (1 without a plan, and 1
-    for a ``by-unit`` plan, whose draws average within each unit rather than add units)."""
+    for a ``by-unit`` plan, whose draws average within each unit rather than add units).
+
+    ``name`` comes from a notebook's kernel (``results.declare_claim``), a process of its own:
+    the chapter is resolved here, once."""
     if not name:
         return 1
     try:
         pol = policy(name, root)
         if "fixed" in pol or pol.get("pool") == "by-unit":
             return 1
-        default = _default(name, pol["param"], root)
-        values = replication_values(name, root=root)
+        chapter = chapters.get(name, root)
+        default = _default(chapter, pol["param"])
+        values = replication_values(chapter, root=root)
     except Exception:  # noqa: BLE001 - no book here (a test's toy, a student's copy): one run
         return 1
     return len(values) + (0 if default in values else 1)

@@ -49,9 +49,9 @@ def run_results(run_folder: Any, chapter: str) -> dict | None:
 def _defaults(chapter: str) -> dict | None:
     """The chapter's parameter defaults, from the installed book (``None`` if not found)."""
     try:
-        from minirepro.chapters import get
+        from minirepro import chapters
 
-        return {k: p.default for k, p in get(chapter).parameters.items()}
+        return {k: p.default for k, p in chapters.get(chapter).parameters.items()}
     except Exception:  # noqa: BLE001 - no book here: fall back to what the run says was given
         return None
 

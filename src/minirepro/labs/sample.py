@@ -38,7 +38,7 @@ def sample_class(folder: Path, root: Path | None = None) -> Path:
     shutil.copy(built["autograder"] / f"{SAMPLE_CHAPTER}.ipynb", ada)
     run_q = next(yaml.safe_load(spec.path.read_text())["questions"][i]["run"]
                  for i, q in enumerate(spec.questions) if q.name.startswith("run_"))
-    run_chapter(SAMPLE_CHAPTER, dict(run_q.get("params") or {}), scale=run_q.get("scale"),
+    run_chapter(spec.chapter, dict(run_q.get("params") or {}), scale=run_q.get("scale"),
                 runs_dir=ada / "runs", root=root, quiet_bars=True)
     nb = nbformat.read(built["student"] / f"{SAMPLE_CHAPTER}.ipynb", as_version=4)
     for cell in nb.cells:

@@ -11,7 +11,8 @@ from typing import Any
 
 import yaml
 
-from minirepro.chapters import Chapter, ChapterError, discover, get, repo_root
+from minirepro import chapters
+from minirepro.chapters import Chapter, ChapterError, discover, repo_root
 
 OTTER_VERSION_RANGE = ">=5.7,<5.8"
 SPEC_KEYS = {"chapter", "scale", "params", "setup", "questions"}
@@ -167,7 +168,7 @@ def load_spec(chapter_name: str, root: Path | None = None) -> LabSpec:
         LabError: unknown chapter (lists the chapters), no spec, or a malformed spec.
     """
     root = root or repo_root()
-    chapter = get(chapter_name, root)
+    chapter = chapters.get(chapter_name, root)
     path = spec_dir(root) / f"{chapter.name}.yml"
     if not path.is_file():
         raise LabError(f"chapter {chapter.name!r} has no lab spec {path.relative_to(root)}; "

@@ -1,4 +1,4 @@
-"""What runs chapters: one run (:mod:`.folder`), its notebook (:mod:`.notebook`), its
+"""What runs chapters: a run's checked request (:mod:`.request`), one run (:mod:`.folder`), its notebook (:mod:`.notebook`), its
 processes (:mod:`.process`), sweeps (:mod:`.sweep`) locally or on Dask (:mod:`.cluster`),
 and their summaries (:mod:`.summary`)."""
 

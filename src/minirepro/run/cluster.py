@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from minirepro.chapters import Chapter, ChapterError, get, repo_root
+from minirepro import chapters
+from minirepro.chapters import Chapter, ChapterError, repo_root
 from minirepro.run.folder import make_run_id, run_record
 
 
@@ -45,14 +46,15 @@ def _remote_one(name: str, params: dict[str, Any], scale: str | None,
 
     The worker may be on another host: nothing is shared but this return value. The
     worker uses its own copy of the book (``root``, else ``MINIREPRO_ROOT`` or the
-    installed repository) and reports which notebook it ran (``notebook_sha``).
+    installed repository) and reports which notebook it ran (``notebook_sha``). The chapter
+    is resolved here, by name, in the worker's own book: a separate process, maybe on another host.
     """
     import socket
 
     book_root = Path(root) if root else repo_root()
-    chapter = get(name, book_root)
+    chapter = chapters.get(name, book_root)
     with tempfile.TemporaryDirectory(prefix="minirepro-worker-") as tmp:
-        row = run_record(chapter.name, params, scale, Path(tmp), book_root)
+        row = run_record(chapter, params, scale, Path(tmp), book_root)
         folder = Path(row["folder"])
         row["payload"] = _pack(folder)
     row["host"] = socket.gethostname()

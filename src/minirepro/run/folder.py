@@ -3,14 +3,14 @@
 A run executes a chapter's notebook in a fresh kernel (papermill, in a
 subprocess with its own environment) inside a hidden staging folder
 ``runs/<chapter>/.incomplete-<run-id>/``, where ``runs/`` is ``--runs-dir`` or, by
-default, ``runs/`` in the current folder (:func:`minirepro.chapters.default_runs_dir`). Only when it finishes is the folder
+default, ``runs/`` in the current folder (:func:`minirepro.run.request.default_runs_dir`). Only when it finishes is the folder
 renamed to ``runs/<chapter>/<run-id>/``; a failed run is renamed to
 ``runs/<chapter>/<run-id>-FAILED/`` holding ``<chapter>-FAILED.ipynb`` (the
 partial notebook) and ``error.txt``. So a folder without ``-FAILED`` and with
 ``results.json`` is always a finished run.
 
 Every value is checked before anything is written (names, types, ranges, path
-parameters, ``threads``, the runs folder): by :func:`minirepro.chapters.check_run`,
+parameters, ``threads``, the runs folder): by :func:`minirepro.run.request.check_run`,
 the one validation. A run stopped by SIGINT, SIGTERM or SIGHUP is marked FAILED
 with ``error.txt`` saying which signal interrupted it, and :class:`Interrupted`
 is raised.
@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minirepro.chapters import Chapter, check_run, make_runs_dir, repo_root
+from minirepro.chapters import Chapter, repo_root
 from minirepro.run.notebook import cell_timeout, execute, kernel_env, to_ipynb
 from minirepro.run.process import Interrupted, children_cpu, signals_ignored, stop_signals_raise
 from minirepro.run.progress import cell_progress
+from minirepro.run.request import check_run, make_runs_dir
 
 
 class RunFailed(RuntimeError):
@@ -72,31 +73,31 @@ def make_run_id(params: dict[str, Any]) -> str:
 
 
 
-def run_chapter(name: str, params: dict[str, Any] | None = None, scale: str | None = None,
+def run_chapter(chapter: Chapter, params: dict[str, Any] | None = None, scale: str | None = None,
                 runs_dir: Path | None = None, root: Path | None = None,
                 threads: int | None = None, quiet_bars: bool = False, progress: bool = False) -> Run:
     """Run one chapter with ``params`` and return the finished run.
 
     Args:
-        name: chapter name (``caffnet``) or folder name (``07-caffnet``).
+        chapter: the chapter (resolved once, by the caller: :func:`minirepro.chapters.get`).
         params: parameter overrides, validated against the ``parameters`` cell.
         scale: shorthand for ``params["scale"]``.
         runs_dir: where run folders go (default ``runs/`` in the current folder,
-            :func:`minirepro.chapters.default_runs_dir`).
+            :func:`minirepro.run.request.default_runs_dir`).
         threads: torch threads inside the kernel (``MINIREPRO_THREADS``).
         quiet_bars: set ``TQDM_DISABLE=1`` in the kernel.
         progress: show a bar of the notebook's finished cells on standard error.
 
     Raises:
-        ChapterError: unknown chapter, parameter or value, out-of-range value, missing
+        ChapterError: unknown parameter or value, out-of-range value, missing
             path, bad ``threads`` or an unusable runs folder (nothing is written).
         RunFailed: the notebook raised; the partial notebook is kept and named.
         Interrupted: SIGINT, SIGTERM or SIGHUP (a ``KeyboardInterrupt``): the process
             tree was stopped and the run marked ``-FAILED``, ``error.txt`` saying so.
     """
     root = (root or repo_root()).resolve()
-    req = check_run(name, params, scale, threads, runs_dir, root)
-    chapter, params, full_params, runs_dir = req.chapter, req.params, req.full_params, req.runs_dir
+    req = check_run(chapter, params, scale, threads, runs_dir)
+    params, full_params, runs_dir = req.params, req.full_params, req.runs_dir
     with stop_signals_raise():
         make_runs_dir(runs_dir)
         run_id = make_run_id(full_params)
@@ -289,11 +290,11 @@ same, so the numbers are too, up to timings and floating-point differences betwe
 """
 
 
-def run_record(name: str, params: dict[str, Any], scale: str | None, runs_dir: Path | None,
+def run_record(chapter: Chapter, params: dict[str, Any], scale: str | None, runs_dir: Path | None,
                root: Path) -> dict[str, Any]:
     """One run of a sweep, as a record; thread counts are left as in a single run."""
     try:
-        run = run_chapter(name, params, scale=scale, runs_dir=runs_dir, root=root, quiet_bars=True)
+        run = run_chapter(chapter, params, scale=scale, runs_dir=runs_dir, root=root, quiet_bars=True)
         return {"params": params, "ok": True, "folder": str(run.folder),
                 "metrics": run.results["metrics"], "seconds": run.results["seconds"],
                 "headline": run.results.get("headline"),

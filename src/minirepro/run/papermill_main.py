@@ -7,8 +7,8 @@ parameters (:func:`papermill.inspection._infer_parameters`), and its line parser
 parameter whose comment holds an ``=`` (caffnet's ``opt_ineq: int | None = None  #
 inequality rows G y <= h ...``) makes it print "Unable to parse line 5 ...", although the
 line is valid Python and the parameter is injected and used as it should be. The runner
-has checked every parameter against the cell already (:func:`minirepro.chapters.check_run`,
-with its own parser, :func:`minirepro.chapters.parse_parameters`), so that warning says
+has checked every parameter against the cell already (:func:`minirepro.run.request.check_run`,
+with its own parser, :func:`minirepro.core.params.parse_parameters`), so that warning says
 nothing true; it is dropped here, and only it: every other message of papermill is kept.
 """
 

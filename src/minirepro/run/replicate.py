@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from minirepro.chapters import get, repo_root
+from minirepro.chapters import Chapter, repo_root
 from minirepro.claims import plan
 from minirepro.claims.ledger import claims_path, notebook_sha, pilot_path, replications_path
 from minirepro.claims.pool import pool_entry
@@ -45,11 +45,10 @@ def _claim_data(claims: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {c["id"]: {"verdict": c.get("verdict"), "data": c.get("data")} for c in claims}
 
 
-def update(name: str, root: Path | None = None, scale: str = "book") -> Path:
+def update(chapter: Chapter, root: Path | None = None, scale: str = "book") -> Path:
     """Run a chapter at ``scale``, store its claims in ``book/claims/<slug>.json``, and pool."""
     root = (root or repo_root()).resolve()
-    chapter = get(name, root)
-    run = run_chapter(chapter.name, {}, scale=scale, root=root, quiet_bars=True)
+    run = run_chapter(chapter, {}, scale=scale, root=root, quiet_bars=True)
     claims = [{**c, "run_verdict": c.get("verdict"), "run_measured": c.get("measured")}
               for c in run.results["claims"]]
     entry = {"chapter": chapter.name, "slug": chapter.slug, "title": chapter.title,
@@ -62,10 +61,9 @@ def update(name: str, root: Path | None = None, scale: str = "book") -> Path:
     return _write(claims_path(chapter, root), pool_entry(entry, root))
 
 
-def repool(name: str, root: Path | None = None) -> Path | None:
+def repool(chapter: Chapter, root: Path | None = None) -> Path | None:
     """Decide the stored entry's claims again from the records (nothing is run)."""
     root = (root or repo_root()).resolve()
-    chapter = get(name, root)
     path = claims_path(chapter, root)
     if not path.is_file():
         return None
@@ -73,20 +71,19 @@ def repool(name: str, root: Path | None = None) -> Path | None:
     return _write(path, pool_entry(entry, root))
 
 
-def replicate(name: str, k: int | None = None, root: Path | None = None, scale: str = "book",
+def replicate(chapter: Chapter, k: int | None = None, root: Path | None = None, scale: str = "book",
               jobs: int = 1, scheduler: str | None = None) -> Path:
     """Run the chapter's replications (its plan's parameter at K values) and store every run's
     claims in ``book/claims/replications/<slug>.json``; then pool the ledger entry again."""
     root = (root or repo_root()).resolve()
-    chapter = get(name, root)
     pol = plan.policy(chapter.name, root)
     if "fixed" in pol:
         raise ValueError(f"chapter {chapter.name!r} is not re-seeded ({plan.POLICY_FILE}): {pol['fixed']}")
     if k is not None and k < 1:
         raise ValueError(f"--robustness needs K >= 1, got {k}")
-    values = plan.replication_values(chapter.name, k, root)
+    values = plan.replication_values(chapter, k, root)
     param = pol["param"]
-    folder = sweep(chapter.name, {param: values}, jobs=jobs, scale=scale, root=root, scheduler=scheduler)
+    folder = sweep(chapter, {param: values}, jobs=jobs, scale=scale, root=root, scheduler=scheduler)
     rows = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     runs = []
     for row in rows:
@@ -103,41 +100,39 @@ def replicate(name: str, k: int | None = None, root: Path | None = None, scale: 
               "commit": git_commit(root), "date": _dt.date.today().isoformat(),
               "failed": sum(1 for r in runs if not r["ok"]), "runs": runs}
     path = _write(replications_path(chapter.slug, root), record)
-    repool(chapter.name, root)
+    repool(chapter, root)
     return path
 
 
-def pilot(name: str, root: Path | None = None, scale: str = "book") -> Path:
+def pilot(chapter: Chapter, root: Path | None = None, scale: str = "book") -> Path:
     """Run the chapter's pilot (its plan's parameter at the pilot value: seeds never reported)
     and store each claim's data in ``book/claims/pilot/<slug>.json``; then pool again."""
     root = (root or repo_root()).resolve()
-    chapter = get(name, root)
     pol = plan.policy(chapter.name, root)
-    value = plan.pilot_value(chapter.name, root)
-    run = run_chapter(chapter.name, {pol["param"]: value}, scale=scale, root=root, quiet_bars=True)
+    value = plan.pilot_value(chapter, root)
+    run = run_chapter(chapter, {pol["param"]: value}, scale=scale, root=root, quiet_bars=True)
     record = {"chapter": chapter.name, "slug": chapter.slug, "scale": scale, "param": pol["param"],
               "value": value, "notebook_sha": notebook_sha(chapter), "commit": git_commit(root),
               "date": _dt.date.today().isoformat(), "seconds": run.results["seconds"],
               "claims": {c["id"]: c.get("data") for c in run.results["claims"]}}
     path = _write(pilot_path(chapter.slug, root), record)
-    repool(chapter.name, root)
+    repool(chapter, root)
     return path
 
 
-def trend(name: str, root: Path | None = None, jobs: int = 1, scheduler: str | None = None) -> Path:
+def trend(chapter: Chapter, root: Path | None = None, jobs: int = 1, scheduler: str | None = None) -> Path:
     """Run the chapter at each size of its plan's trend (book scale otherwise) and record each
     named claim's effect per size in ``book/claims/trend/<slug>.json``."""
     from minirepro.claims.trend import effect_of
 
     root = (root or repo_root()).resolve()
-    chapter = get(name, root)
     spec = plan.policy(chapter.name, root).get("trend")
     if not spec:
         raise ValueError(f"chapter {chapter.name!r} has no trend in {plan.POLICY_FILE}")
     param, values = spec["param"], list(spec["values"])
     if len(values) < 3:
         raise ValueError(f"a trend needs at least 3 sizes; {chapter.name!r} has {values}")
-    folder = sweep(chapter.name, {param: values}, jobs=jobs, scale="book", root=root, scheduler=scheduler)
+    folder = sweep(chapter, {param: values}, jobs=jobs, scale="book", root=root, scheduler=scheduler)
     rows = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     out: dict[str, list[dict[str, Any]]] = {key: [] for key in spec["claims"]}
     seconds = {}
@@ -159,12 +154,11 @@ def trend(name: str, root: Path | None = None, jobs: int = 1, scheduler: str | N
     return _write(root / "book" / "claims" / "trend" / f"{chapter.slug}.json", record)
 
 
-def full(name: str, root: Path | None = None) -> Path:
+def full(chapter: Chapter, root: Path | None = None) -> Path:
     """Run the chapter's ``full`` preset once and record its verdicts (and its time) in
     ``book/claims/full/<slug>.json``: the ledger's column "at full scale"."""
     root = (root or repo_root()).resolve()
-    chapter = get(name, root)
-    run = run_chapter(chapter.name, {}, scale="full", root=root, quiet_bars=True)
+    run = run_chapter(chapter, {}, scale="full", root=root, quiet_bars=True)
     record = {"chapter": chapter.name, "slug": chapter.slug, "scale": "full",
               "notebook_sha": notebook_sha(chapter), "commit": git_commit(root),
               "date": _dt.date.today().isoformat(), "seconds": run.results["seconds"],

@@ -16,30 +16,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from minirepro.chapters import is_seed_name, show
+from minirepro.chapters import Chapter, repo_root
 from minirepro.claims.rules import VERDICTS
+from minirepro.core.params import is_seed_name, show
 
 SHORT_VERDICT = {"not testable at this scale": "not testable"}
 
 
-def declared_headline(chapter: str, root: Path | None = None) -> str | None:
+def declared_headline(chapter: Chapter, root: Path | None = None) -> str | None:
     """The headline metric ``book/papers.yml`` names for the chapter's paper (its ``headline``),
     or ``None``: none named, or no book here (a student's copy of a chapter)."""
     import yaml
 
-    from minirepro.chapters import ChapterError, get, repo_root
-
     try:
-        number = get(chapter, root).number
         listed = yaml.safe_load(((root or repo_root()) / "book" / "papers.yml").read_text(encoding="utf-8"))
-    except (ChapterError, OSError, ValueError):
+    except (OSError, ValueError):
         return None
-    found = next((p.get("headline") for p in listed or [] if int(p.get("number", -1)) == number), None)
+    found = next((p.get("headline") for p in listed or [] if int(p.get("number", -1)) == chapter.number), None)
     return str(found) if found else None
 
 
 def headline_metric(rows: list[dict[str, Any]], metric: str | None = None,
-                    chapter: str | None = None) -> tuple[str | None, str]:
+                    chapter: Chapter | None = None) -> tuple[str | None, str]:
     """``(metric, why)``: the metric a sweep summarises and plots, and where it comes from:
     ``metric`` (``--metric``), else the headline a run recorded, else the chapter's declared one
     (``book/papers.yml``), else the first metric recorded."""
@@ -53,7 +51,7 @@ def headline_metric(rows: list[dict[str, Any]], metric: str | None = None,
     named = [r.get("headline") for r in rows if r.get("ok") and r.get("headline")]
     if named and named[0] in numeric:
         return named[0], "the chapter's headline metric"
-    declared = declared_headline(chapter) if chapter else None
+    declared = declared_headline(chapter) if chapter is not None else None
     if declared in numeric:
         return declared, "the paper's headline metric (book/papers.yml)"
     if numeric:
@@ -73,7 +71,7 @@ def _numeric_metrics(rows: list[dict[str, Any]]) -> list[str]:
 
 def write_summary(folder: Path, rows: list[dict[str, Any]], swept: list[str],
                   metric: str | None = None, seconds: float | None = None,
-                  chapter: str = "") -> str:
+                  chapter: Chapter | None = None) -> str:
     """Write the sweep table (``summary.csv``, ``.md``, ``.json``), the compact summary
     (``summary.txt``, returned) and a plot of the headline metric (``sweep.png``)."""
     import pandas as pd
@@ -89,11 +87,12 @@ def write_summary(folder: Path, rows: list[dict[str, Any]], swept: list[str],
     (folder / "summary.json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
     shown = df.drop(columns=["folder"]).rename(columns=lambda c: c.split(":", 1)[-1])
     (folder / "summary.md").write_text(_markdown_table(shown) + "\n")
-    col, why = headline_metric(rows, metric, chapter=chapter or None)
+    col, why = headline_metric(rows, metric, chapter=chapter)
     plotted = False
     if col is not None and f"metric:{col}" in df.columns:
         plotted = _plot_sweep(df[df.status == "ok"], swept, f"metric:{col}", folder / "sweep.png")
-    text = compact_summary(rows, swept, col, why, seconds=seconds, chapter=chapter)
+    text = compact_summary(rows, swept, col, why, seconds=seconds,
+                           chapter=chapter.name if chapter is not None else "")
     text += (f"\nevery run: {folder}/ (summary.md, .csv, .json"
              + (", sweep.png)" if plotted else ")"))
     (folder / "summary.txt").write_text(text + "\n", encoding="utf-8")

@@ -13,19 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from minirepro.chapters import (
-           Chapter,
-           ChapterError,
-           check_runs_dir,
-           default_runs_dir,
-           get,
-           repo_root,
-           show,
-)
+from minirepro.chapters import Chapter, ChapterError, repo_root
+from minirepro.core.params import show
 from minirepro.run.cluster import sweep_dask
 from minirepro.run.folder import make_run_id, mark_abandoned, run_record
 from minirepro.run.process import Interrupted, signals_ignored, stop_signals_raise
 from minirepro.run.progress import SweepProgress
+from minirepro.run.request import check_runs_dir, default_runs_dir
 from minirepro.run.summary import declared_headline, write_summary
 
 
@@ -41,11 +35,12 @@ def expand_grid(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 
 
-def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | None = None,
+def sweep(chapter: Chapter, grid: dict[str, list[Any]], jobs: int = 1, scale: str | None = None,
           backend: str = "loky", runs_dir: Path | None = None, root: Path | None = None,
           metric: str | None = None, scheduler: str | None = None,
           timeout: float | None = None, progress: bool = False) -> Path:
-    """Run a chapter over the grid of parameter values and write a summary.
+    """Run a chapter (resolved once, by the caller) over the grid of parameter values and
+    write a summary.
 
     Every run is validated before any starts. Runs go through joblib (``backend``:
     ``loky`` for local processes, or any registered joblib backend such as
@@ -66,7 +61,6 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
         The sweep folder.
     """
     root = (root or repo_root()).resolve()
-    chapter = get(name, root)
     grid, combos = _checked_grid(chapter, grid, scale)
     _check_sweep_options(chapter, jobs, timeout, metric, root)
     runs_dir = check_runs_dir(runs_dir if runs_dir is not None else default_runs_dir())
@@ -75,7 +69,7 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
     failed_before = set(base.glob("*-FAILED")) if base.is_dir() else set()
     t0 = time.perf_counter()
     bar = SweepProgress(len(combos), chapter.name, show=progress,
-                        headline=metric or declared_headline(chapter.name, root))
+                        headline=metric or declared_headline(chapter, root))
     try:
         with stop_signals_raise():  # SIGTERM/SIGHUP end the sweep like Ctrl-C
             if scheduler is not None:
@@ -93,7 +87,7 @@ def sweep(name: str, grid: dict[str, list[Any]], jobs: int = 1, scale: str | Non
     folder = base / f"sweep-{make_run_id({'grid': grid, 'scale': scale})}"
     folder.mkdir(parents=True)
     write_summary(folder, rows, list(grid), metric, seconds=time.perf_counter() - t0,
-                  chapter=chapter.name)
+                  chapter=chapter)
     return folder
 
 
@@ -121,9 +115,9 @@ def _check_sweep_options(chapter: Chapter, jobs: int, timeout: float | None, met
         check_metric(chapter, metric, root)
 
 
-def _indexed_record(i: int, name: str, params: dict[str, Any], scale: str | None,
+def _indexed_record(i: int, chapter: Chapter, params: dict[str, Any], scale: str | None,
                     runs_dir: Path | None, root: Path) -> tuple[int, dict[str, Any]]:
-    return i, run_record(name, params, scale, runs_dir, root)
+    return i, run_record(chapter, params, scale, runs_dir, root)
 
 
 def _sweep_joblib(chapter: Chapter, combos: list[dict[str, Any]], jobs: int, backend: str,
@@ -135,7 +129,7 @@ def _sweep_joblib(chapter: Chapter, combos: list[dict[str, Any]], jobs: int, bac
 
     rows: list[dict[str, Any] | None] = [None] * len(combos)
     results = Parallel(n_jobs=jobs, backend=backend, return_as="generator_unordered")(
-        delayed(_indexed_record)(i, chapter.name, combo, scale, runs_dir, root)
+        delayed(_indexed_record)(i, chapter, combo, scale, runs_dir, root)
         for i, combo in enumerate(combos))
     for i, row in results:
         rows[i] = row
