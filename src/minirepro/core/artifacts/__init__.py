@@ -58,6 +58,13 @@ from minirepro.core.artifacts.loading import (
                                             read_json,
                                             read_weights,
 )
+from minirepro.core.artifacts.making import (
+                                            clipped_step,
+                                            float16_state,
+                                            one_cycle_adamw,
+                                            sha256_hex,
+                                            store,
+)
 from minirepro.core.artifacts.recipes import (
                                             ArtifactError,
                                             ArtifactWarning,
@@ -90,7 +97,7 @@ RECIPE_MODULES: tuple[str, ...] = recipe_modules()
 
 __all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",
            "ArtifactError", "ArtifactWarning", "BuildResult", "ModelArtifact", "Recipe", "artifacts_root", "build",
-           "cache_dir", "describe", "file_problems", "folder_of", "frozen", "get", "home", "load",
-           "load_weights", "manifest", "mark_optional", "optional_note", "orphans", "read_json",
-           "read_manifest", "read_weights", "recipe", "recipe_problems", "registry", "source_hash",
+           "cache_dir", "clipped_step", "describe", "file_problems", "float16_state", "folder_of", "frozen", "get", "home", "load",
+           "load_weights", "manifest", "mark_optional", "one_cycle_adamw", "optional_note", "orphans", "read_json",
+           "read_manifest", "read_weights", "recipe", "recipe_problems", "registry", "sha256_hex", "source_hash", "store",
            "total_bytes", "unregister", "verified_folder", "verify"]
