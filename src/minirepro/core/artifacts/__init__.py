@@ -63,7 +63,7 @@ from minirepro.core.artifacts.making import (
                                             float16_state,
                                             one_cycle_adamw,
                                             sha256_hex,
-                                            store,
+                                            write_files,
 )
 from minirepro.core.artifacts.recipes import (
                                             ArtifactError,
@@ -96,8 +96,10 @@ from minirepro.core.sourcehash import source_hash
 RECIPE_MODULES: tuple[str, ...] = recipe_modules()
 
 __all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",
-           "ArtifactError", "ArtifactWarning", "BuildResult", "ModelArtifact", "Recipe", "artifacts_root", "build",
-           "cache_dir", "clipped_step", "describe", "file_problems", "float16_state", "folder_of", "frozen", "get", "home", "load",
-           "load_weights", "manifest", "mark_optional", "one_cycle_adamw", "optional_note", "orphans", "read_json",
-           "read_manifest", "read_weights", "recipe", "recipe_problems", "registry", "sha256_hex", "source_hash", "store",
-           "total_bytes", "unregister", "verified_folder", "verify"]
+           "ArtifactError", "ArtifactWarning", "BuildResult", "ModelArtifact", "Recipe",
+           "artifacts_root", "build", "cache_dir", "clipped_step", "describe", "file_problems",
+           "float16_state", "folder_of", "frozen", "get", "home", "load", "load_weights",
+           "manifest", "mark_optional", "one_cycle_adamw", "optional_note", "orphans",
+           "read_json", "read_manifest", "read_weights", "recipe", "recipe_problems",
+           "registry", "sha256_hex", "source_hash", "total_bytes", "unregister",
+           "verified_folder", "verify", "write_files"]

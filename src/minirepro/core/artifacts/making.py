@@ -1,7 +1,7 @@
 """What the recipes of trained artifacts share: the optimiser, the step, storing, the data hash.
 
 A chapter's recipe (``artifact.py``) sets its seed, builds its data and model, trains, and
-then stores what it made through :func:`store` (weights as safetensors, JSON files beside
+then stores what it made through :func:`write_files` (weights as safetensors, JSON files beside
 them), reloads the stored weights to measure their quality, and returns a
 :class:`~minirepro.core.artifacts.BuildResult` whose ``data_hash`` is :func:`sha256_hex` of
 its training data. torch and safetensors are imported on first use.
@@ -51,7 +51,7 @@ def float16_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
 
 
-def store(out: Path, weights: str, tensors: Mapping[str, torch.Tensor],
+def write_files(out: Path, weights: str, tensors: Mapping[str, torch.Tensor],
           json_files: Mapping[str, object] | None = None, indent: int | None = None) -> None:
     """Write ``tensors`` into ``out/weights`` (safetensors), then each of ``json_files``
     (name: data) as JSON ending in a newline (one line, or indented by ``indent``)."""

@@ -101,7 +101,7 @@ def build_task_cnn(spec: TaskModelRecipe, out: Path) -> artifacts.BuildResult:
         if step % 50 == 0:
             curve.append(round(loss.item(), 4))
     model.eval()
-    artifacts.store(out, WEIGHTS, artifacts.float16_state(model), {CURVE: {"every": 50, "loss": curve}})
+    artifacts.write_files(out, WEIGHTS, artifacts.float16_state(model), {CURVE: {"every": 50, "loss": curve}})
     loaded = load_model(out)  # quality of the stored (fp16) weights
     tc, tl = digit_test_crops()
     acc = float((predict(loaded, tc, digits_only=True) == tl).float().mean())

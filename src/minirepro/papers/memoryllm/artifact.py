@@ -95,7 +95,7 @@ def build_variants(spec: VariantsRecipe, out: Path) -> artifacts.BuildResult:
             "params": {n: n_params(m) for n, m in load_variants_like(archs).items()},
             "active": {n: active_params(m) for n, m in load_variants_like(archs).items()},
             "corpus": json.loads(json.dumps(spec.corpus))}
-    artifacts.store(out, WEIGHTS, state, {META: meta}, indent=1)
+    artifacts.write_files(out, WEIGHTS, state, {META: meta}, indent=1)
     models, _ = load_variants(out)
     val = encode_examples(tok, corpus.val)
     fams = [e.family for e in corpus.val]

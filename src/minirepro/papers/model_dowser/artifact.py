@@ -73,7 +73,7 @@ def build_mllm(spec: PretrainRecipe, out: Path) -> artifacts.BuildResult:
         if (step + 1) % curve["every"] == 0:
             curve["loss"].append(round(sum(losses) / len(losses), 4))
             losses = []
-    artifacts.store(out, WEIGHTS, artifacts.float16_state(model), {CURVE: curve})
+    artifacts.write_files(out, WEIGHTS, artifacts.float16_state(model), {CURVE: curve})
     loaded = load_model(out)
     quality = {f"test accuracy {t}": round(accuracy(loaded, b), 4) for t, b in upstream_sets("test").items()}
     digest = artifacts.sha256_hex(x.numpy().tobytes(), y.numpy().tobytes())

@@ -121,7 +121,7 @@ def build_quantizers(spec: QuantizersRecipe, out: Path) -> artifacts.BuildResult
         nets[key(method, ds, seed, M)] = {k: r[k] for k in ("curve", "first_loss", "db_mse", "db_mse_rq")} | {
             "method": method, "dataset": ds, "seed": seed, "M": M, "cpu_seconds": round(r["cpu"], 1)}
     meta = {"recipe": json.loads(json.dumps(asdict(spec))), "curve_every": CURVE_EVERY, "networks": nets}
-    artifacts.store(out, WEIGHTS, state, {META: meta}, indent=1)
+    artifacts.write_files(out, WEIGHTS, state, {META: meta}, indent=1)
     quality = {}
     for ds in spec.datasets:
         for method in ("RQ-MoE", "QINCo"):

@@ -96,7 +96,7 @@ def build_icl_transformer(spec: ICLRecipe, out: Path) -> artifacts.BuildResult:
             for f in spec.formats:
                 curve[f"acc {f}"].append(round(sum(run[f]) / max(len(run[f]), 1), 4))
             losses, run = [], {f: [] for f in spec.formats}
-    artifacts.store(out, WEIGHTS, artifacts.float16_state(model), {CURVE: curve})
+    artifacts.write_files(out, WEIGHTS, artifacts.float16_state(model), {CURVE: curve})
     loaded = load_model(out)
     quality = {f"held-out accuracy {f}": round(full_context_accuracy(
         loaded, spec.eval_episodes, 999, f, spec.n_way, spec.k_shot), 4) for f in FORMATS}

@@ -68,7 +68,7 @@ def build_spread_transformer(spec: SpreadRecipe, out: Path) -> artifacts.BuildRe
     """[reconstruction] Train the spread learner; store fp16 weights, the curve and its held-out
     full-context accuracy."""
     model, curve = train_spread(spec)
-    artifacts.store(out, SPREAD_WEIGHTS, artifacts.float16_state(model), {CURVE: curve})
+    artifacts.write_files(out, SPREAD_WEIGHTS, artifacts.float16_state(model), {CURVE: curve})
     loaded = load_spread_model(out)
     quality = {f"held-out accuracy {SPREAD_FORMAT}": round(full_context_accuracy(
         loaded, spec.eval_episodes, 999, SPREAD_FORMAT, spec.n_way, spec.k_shot), 4)}
