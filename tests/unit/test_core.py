@@ -175,6 +175,58 @@ def test_set_seed_without_torch_does_not_import_it():
     assert out.stdout.strip() == "False"
 
 
+@dataclasses.dataclass
+class _Counts(ScaledConfig):
+    n_train: int = 10
+    n_test: int = 0
+    n_extra: int | None = None
+    lr: float = 0.0
+    checked: list = dataclasses.field(default_factory=list)
+    ZERO_COUNTS: ClassVar = ("n_test",)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.checked.append("own")
+        if self.lr < 0:
+            raise ValueError(f"lr must be >= 0, got {self.lr}")
+
+
+def test_scaled_config_refuses_a_zero_count_naming_the_field_and_value():
+    with pytest.raises(ValueError, match=r"_Counts: n_train must be >= 1, got 0"):
+        _Counts(n_train=0)
+    with pytest.raises(ValueError, match=r"n_train must be >= 1, got -3"):
+        _Counts.preset("book", n_train=-3)
+    with pytest.raises(ValueError, match=r"n_test must be >= 0, got -1"):  # ZERO_COUNTS: 0 allowed
+        _Counts(n_test=-1)
+    assert _Counts(n_test=0, n_extra=None).n_test == 0  # a None count is left alone
+    with pytest.raises(ValueError, match=r"n_extra must be >= 1, got 0"):
+        _Counts(n_extra=0)
+    assert _Cfg(n=0).n == 0  # only fields named n_* are counts
+    cfg = _Counts()
+    with pytest.raises(ValueError, match="n_train"):
+        dataclasses.replace(cfg, n_train=0)
+
+
+def test_scaled_config_subclass_post_init_still_runs():
+    assert _Counts().checked == ["own"]
+    with pytest.raises(ValueError, match="lr must be >= 0"):
+        _Counts(lr=-1.0)
+
+
+def test_every_chapter_config_checks_its_counts():
+    from minirepro.chapters import discover
+
+    for chapter in discover():
+        config = chapter.config_class()
+        if config is None or config.__module__.startswith("minirepro.papers.tbpo"):
+            continue  # tbpo's configs check their own counts
+        counts = [f.name for f in dataclasses.fields(config) if f.name.startswith("n_")]
+        assert issubclass(config, ScaledConfig)
+        name = next(n for n in counts if n not in config.ZERO_COUNTS)
+        with pytest.raises(ValueError, match=f"{name} must be >= 1, got 0"):
+            config.preset("smoke", **{name: 0})
+
+
 def test_from_params_maps_notebook_parameters_named_as_fields():
     from dataclasses import dataclass
     from typing import ClassVar

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 from typing import Any, ClassVar, Self
 
@@ -54,6 +55,9 @@ class ScaledConfig:
             PRESETS: ClassVar = {"smoke": {"n_train": 100}, "book": {}, "full": {"n_train": 10_000}}
 
         cfg = Config.preset("smoke", n_train=50)   # explicit values win
+
+    Every count (a field named ``n_*``) must be at least 1: :meth:`__post_init__` refuses
+    ``n_train=0`` with a ``ValueError`` naming the field.
     """
 
     seed: int = 0  # the base seed: a run's seeds are seed, seed + 1, ... (see ``seeds``)
@@ -62,6 +66,24 @@ class ScaledConfig:
     # Notebook parameters that choose what the page shows (which method is drawn up
     # close), not what is computed; every other parameter is a field of the config.
     VIEW_PARAMETERS: ClassVar[tuple[str, ...]] = ()
+    # Counts (fields n_*) for which 0 has a meaning (e.g. "0: all"); they must be >= 0.
+    ZERO_COUNTS: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        """Check the counts: every field named ``n_*`` that holds a number must be >= 1 (>= 0
+        for those in ``ZERO_COUNTS``); ``None`` (take it from elsewhere) is left alone.
+
+        A subclass with its own ``__post_init__`` calls ``super().__post_init__()`` first.
+
+        Raises:
+            ValueError: naming the field and its value.
+        """
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name.startswith("n_") and isinstance(value, numbers.Real) and not isinstance(value, bool):
+                least = 0 if f.name in self.ZERO_COUNTS else 1
+                if value < least:
+                    raise ValueError(f"{type(self).__name__}: {f.name} must be >= {least}, got {value}")
 
     @classmethod
     def preset(cls, scale: str | None = None, **overrides: Any) -> Self:

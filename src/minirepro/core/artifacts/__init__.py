@@ -13,6 +13,7 @@ study, is trained once by a registered *recipe* and committed under
         return artifacts.BuildResult(quality={"val_loss": 1.2}, data_hash="...")
 
     path = artifacts.load("lm-book")   # a verified folder
+    model = artifacts.load_weights("lm-book", Model(), "model.safetensors")  # float32, frozen
 
 ``artifacts/<name>/MANIFEST.json`` records the config, a hash of the recipe's code
 (:func:`source_hash` over the recipe's own module and ``sources``), the data hash, the
@@ -49,6 +50,21 @@ from minirepro.core.artifacts.files import (
                                             read_manifest,
                                             total_bytes,
 )
+from minirepro.core.artifacts.loading import (
+                                            ModelArtifact,
+                                            folder_of,
+                                            frozen,
+                                            load_weights,
+                                            read_json,
+                                            read_weights,
+)
+from minirepro.core.artifacts.making import (
+                                            clipped_step,
+                                            float16_state,
+                                            one_cycle_adamw,
+                                            sha256_hex,
+                                            write_files,
+)
 from minirepro.core.artifacts.recipes import (
                                             ArtifactError,
                                             ArtifactWarning,
@@ -80,8 +96,10 @@ from minirepro.core.sourcehash import source_hash
 RECIPE_MODULES: tuple[str, ...] = recipe_modules()
 
 __all__ = ["ALLOWED_SUFFIXES", "ARTIFACTS_ENV", "BUDGET_BYTES", "MANIFEST", "RECIPE_MODULES",
-           "ArtifactError", "ArtifactWarning", "BuildResult", "Recipe", "artifacts_root", "build",
-           "cache_dir", "describe", "file_problems", "get", "home", "load", "manifest",
-           "mark_optional", "optional_note", "orphans", "read_manifest", "recipe",
-           "recipe_problems", "registry", "source_hash", "total_bytes", "unregister",
-           "verified_folder", "verify"]
+           "ArtifactError", "ArtifactWarning", "BuildResult", "ModelArtifact", "Recipe",
+           "artifacts_root", "build", "cache_dir", "clipped_step", "describe", "file_problems",
+           "float16_state", "folder_of", "frozen", "get", "home", "load", "load_weights",
+           "manifest", "mark_optional", "one_cycle_adamw", "optional_note", "orphans",
+           "read_json", "read_manifest", "read_weights", "recipe", "recipe_problems",
+           "registry", "sha256_hex", "source_hash", "total_bytes", "unregister",
+           "verified_folder", "verify", "write_files"]

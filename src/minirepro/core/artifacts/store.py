@@ -67,6 +67,16 @@ def home(rec: Recipe, root: str | Path | None = None) -> Path:
     return cache_dir() / rec.name if rec.location == "cache" else resolve_root(root) / rec.name
 
 
+def _folder_and_recipe(name: str, root: str | Path | None) -> tuple[Path, Recipe]:
+    """The committed folder of ``name`` under ``root`` and its recipe (the manifest's
+    ``recipe_module``, when readable, is imported first: see :func:`get`)."""
+    folder = resolve_root(root) / name
+    hint = None
+    with contextlib.suppress(ArtifactError, OSError, ValueError):
+        hint = read_manifest(folder).get("recipe_module")
+    return folder, get(name, module_hint=hint)
+
+
 def verify(name: str, root: str | Path | None = None) -> list[str]:
     """Problems with artifact ``name`` under ``root``, each naming the fix; ``[]`` when fine.
 
@@ -76,11 +86,7 @@ def verify(name: str, root: str | Path | None = None) -> list[str]:
     installed input and its pinned hash); its cache copy is made, checked and re-made
     by :func:`load`, so its state is reported by :func:`describe`, not as a problem.
     """
-    folder = resolve_root(root) / name
-    hint = None
-    with contextlib.suppress(ArtifactError, OSError, ValueError):
-        hint = read_manifest(folder).get("recipe_module")
-    rec = get(name, module_hint=hint)
+    folder, rec = _folder_and_recipe(name, root)
     if rec.location == "cache":
         try:
             _check_source(rec)
@@ -255,6 +261,15 @@ def verified_folder(name: str, root: str | Path | None = None) -> Path:
     return folder if not file_problems(folder) else load(name, root)
 
 
+def _checked(name: str, folder: Path, what: str) -> Path:
+    """``folder`` when its files match its manifest; else an :class:`ArtifactError` naming the
+    first problem (``what``: how the message names the folder)."""
+    left = file_problems(folder)
+    if left:
+        raise ArtifactError(f"artifact {name}: {what} {folder} does not verify: {left[0]}")
+    return folder
+
+
 def _load_cached(rec: Recipe, force: bool = False) -> Path:
     """The verified cache copy of a ``"cache"`` recipe, made (under a lock, once across
     processes) when it is absent, corrupt or stale; a corrupt or stale copy is never used."""
@@ -270,11 +285,7 @@ def _load_cached(rec: Recipe, force: bool = False) -> Path:
             warnings.warn(f"artifact {rec.name}: {problems[0]}; not loading {folder}, "
                           f"re-making it from its source", ArtifactWarning, stacklevel=3)
         _build_into(rec, folder)
-    left = file_problems(folder)
-    if left:
-        raise ArtifactError(f"artifact {rec.name}: the copy made in {folder} does not verify: "
-                            f"{left[0]}")
-    return folder
+    return _checked(rec.name, folder, "the copy made in")
 
 
 def load(name: str, root: str | Path | None = None) -> Path:
@@ -285,11 +296,7 @@ def load(name: str, root: str | Path | None = None) -> Path:
     :class:`ArtifactWarning`, a copy rebuilt into :func:`cache_dir` (reused when it
     verifies and matches the recipe); the bad files are never returned.
     """
-    folder = resolve_root(root) / name
-    hint = None
-    with contextlib.suppress(ArtifactError, OSError, ValueError):
-        hint = read_manifest(folder).get("recipe_module")
-    rec = get(name, module_hint=hint)
+    folder, rec = _folder_and_recipe(name, root)
     if rec.location == "cache":
         return _load_cached(rec)
     problems = file_problems(folder)
@@ -312,11 +319,7 @@ def load(name: str, root: str | Path | None = None) -> Path:
         warnings.warn(f"artifact {name}: {problems[0]}{more}; not loading {folder}, "
                       f"rebuilding it into {cached}{cost}", ArtifactWarning, stacklevel=2)
         _build_into(rec, cached)
-    left = file_problems(cached)
-    if left:
-        raise ArtifactError(f"artifact {name}: the rebuilt copy in {cached} does not verify: "
-                            f"{left[0]}")
-    return cached
+    return _checked(name, cached, "the rebuilt copy in")
 
 
 

@@ -7,15 +7,12 @@ Re-make with ``minirepro artifacts build active-o3-task-cnn``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 
 from minirepro.core import artifacts, set_seed
 from minirepro.papers.active_o3.boxes import grid_actions
@@ -104,13 +101,11 @@ def build_task_cnn(spec: TaskModelRecipe, out: Path) -> artifacts.BuildResult:
         if step % 50 == 0:
             curve.append(round(loss.item(), 4))
     model.eval()
-    state = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(out / WEIGHTS))
-    (out / CURVE).write_text(json.dumps({"every": 50, "loss": curve}) + "\n", encoding="utf-8")
+    artifacts.write_files(out, WEIGHTS, artifacts.float16_state(model), {CURVE: {"every": 50, "loss": curve}})
     loaded = load_model(out)  # quality of the stored (fp16) weights
     tc, tl = digit_test_crops()
     acc = float((predict(loaded, tc, digits_only=True) == tl).float().mean())
-    digest = hashlib.sha256(crops.numpy().tobytes() + y.numpy().tobytes()).hexdigest()
+    digest = artifacts.sha256_hex(crops.numpy().tobytes(), y.numpy().tobytes())
     return artifacts.BuildResult(quality={"held-out digit accuracy": round(acc, 4),
                                           "train crops": int(len(y)),
                                           "share none": round(float((y == NONE).float().mean()), 3)},

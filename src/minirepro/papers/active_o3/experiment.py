@@ -71,12 +71,13 @@ class Config(ScaledConfig):
                          "book": {}, "full": {"n_seeds": 10, "n_train": 512, "n_eval": 1000, "iters": 600}}
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.group < 2:
             raise ValueError(f"GRPO needs a group of at least 2 answers, got group={self.group}")
         if not 1 <= self.k_boxes <= 3:
             raise ValueError(f"k_boxes (K) must be 1..3 (the answer format's limit), got {self.k_boxes}")
-        if self.n_seeds < 1 or self.iters < 1 or self.n_train < 1 or self.n_eval < 1:
-            raise ValueError("n_seeds, iters, n_train and n_eval must be positive")
+        if self.iters < 1:
+            raise ValueError(f"iters must be positive, got {self.iters}")
 
 
 @dataclass

@@ -40,10 +40,6 @@ class Config(ScaledConfig):
     krum_f: int = 1
     n_defence_seeds: int = 25  # seeds of the defence study (grand coalition only: cheap)
 
-    def __post_init__(self) -> None:
-        if self.n_seeds < 1 or self.n_defence_seeds < 1:
-            raise ValueError(f"n_seeds and n_defence_seeds must be >= 1, got {self.n_seeds}, {self.n_defence_seeds}")
-
     @property
     def defence_seeds(self) -> list[int]:
         """The defence study's seeds: ``seed .. seed + n_defence_seeds - 1``."""

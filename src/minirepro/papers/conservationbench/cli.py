@@ -15,20 +15,12 @@ import json
 import sys
 from pathlib import Path
 
-
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise _UsageError(message)
+from minirepro.core.cli import UsageError, run, subcommands
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="minirepro conservationbench",
-                description="ConservationBench: export, answer with a model, score.")
-    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    p, sub = subcommands("minirepro conservationbench",
+                         "ConservationBench: export, answer with a model, score.")
     e = sub.add_parser("export", help="write frames (PNG), questions and answer key (JSONL)")
     e.add_argument("dir", help="folder to write (created if missing)")
     e.add_argument("--pairs", type=int, default=48, help="pairs per property (the paper's 48)")
@@ -51,7 +43,7 @@ def _export(args) -> int:
     from minirepro.papers.conservationbench.bench import export
 
     if args.pairs < 1:
-        raise _UsageError(f"--pairs must be >= 1, got {args.pairs}")
+        raise UsageError(f"--pairs must be >= 1, got {args.pairs}")
     n = export(args.dir, n_pairs=args.pairs, seed=args.seed, probes=not args.no_probes)
     print(f"wrote {n['videos']} videos ({n['frames']} PNG frames) and {n['questions']} questions "
           f"to {args.dir}")
@@ -63,7 +55,7 @@ def _answer(args) -> int:
     from minirepro.papers.conservationbench.models import ConstantModel, RandomModel
 
     if not (Path(args.dir) / "questions.jsonl").is_file():
-        raise _UsageError(f"{args.dir} holds no questions.jsonl (make one with `export`)")
+        raise UsageError(f"{args.dir} holds no questions.jsonl (make one with `export`)")
     if args.model == "always-same":
         model = ConstantModel("same")
     elif args.model == "random":
@@ -82,7 +74,7 @@ def _score(args) -> int:
 
     key = Path(args.key) if args.key else Path(args.answers).with_name("answer_key.jsonl")
     if not key.is_file():
-        raise _UsageError(f"no answer key at {key}; pass --key DIR/answer_key.jsonl")
+        raise UsageError(f"no answer key at {key}; pass --key DIR/answer_key.jsonl")
     result = score(args.answers, key)
     print(report(result))
     if args.json:
@@ -95,17 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``minirepro conservationbench``; returns the exit status (2 on bad input)."""
     from minirepro.papers.conservationbench.bench import BenchError
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = _parser().parse_args(argv)
-        if args.command is None:
-            raise _UsageError("choose a command: export, answer or score")
-        return {"export": _export, "answer": _answer, "score": _score}[args.command](args)
-    except (_UsageError, BenchError) as exc:
-        print(f"minirepro conservationbench: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+    return run(_parser(), {"export": _export, "answer": _answer, "score": _score}, argv,
+               errors=(BenchError,))
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ class Config(ScaledConfig):
     AGENTS: ClassVar = ("scripted", "openai")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.agent not in self.AGENTS:
             raise ValueError(f"agent must be one of {', '.join(self.AGENTS)}, got {self.agent!r}")
         if self.agent == "openai" and not (self.llm_base_url and self.llm_model):

@@ -61,12 +61,13 @@ class Config(ScaledConfig):
     VIEW_PARAMETERS: ClassVar = ("domain",)
 
     def __post_init__(self) -> None:
-        if self.n_days < 1 or not 0 <= self.calib_days < self.n_days:
+        super().__post_init__()
+        if not 0 <= self.calib_days < self.n_days:
             raise ValueError(f"need n_days >= 1 and 0 <= calib_days < n_days (test moves come from the "
                              f"later days), got n_days={self.n_days}, calib_days={self.calib_days}")
-        if self.lime_samples < 10 or self.shap_samples < 10 or self.random_per_day < 0 or self.horizon < 1 or self.n_seeds < 1 or self.n_jobs < 1:
-            raise ValueError(f"lime_samples, shap_samples >= 10, random_per_day >= 0, horizon, n_seeds and "
-                             f"n_jobs >= 1 are required: {self}")
+        if self.lime_samples < 10 or self.shap_samples < 10 or self.random_per_day < 0 or self.horizon < 1:
+            raise ValueError(f"lime_samples, shap_samples >= 10, random_per_day >= 0 and horizon >= 1 "
+                             f"are required: {self}")
         unknown = set(self.domains) - {"greenhouse", "hvac", "cstr"}
         if unknown:
             raise ValueError(f"unknown domains {sorted(unknown)}; expected some of greenhouse, hvac, cstr")

@@ -9,14 +9,10 @@ thread each).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import torch
-from safetensors.torch import save_file
 
 from minirepro.core import artifacts
 from minirepro.core.lm.bpe import save_bpe, train_bpe
@@ -71,8 +67,7 @@ def _job(args: tuple) -> tuple[str, int, dict, list[float], float]:
                                                for k, v in corpus_config().__dict__.items()}))
     enc = encode_examples(tok, corpus.train, max_len=arch.max_len)
     model, curve, cpu = train_variant(arch, enc, spec, seed)
-    state = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
-    return name, seed, state, curve, cpu
+    return name, seed, artifacts.float16_state(model), curve, cpu
 
 
 @artifacts.recipe(NAME, config=VariantsRecipe(),
@@ -95,20 +90,19 @@ def build_variants(spec: VariantsRecipe, out: Path) -> artifacts.BuildResult:
         state.update({f"{name}/{seed}/{k}": v for k, v in st.items()})
         curves.setdefault(name, {})[str(seed)] = [round(x, 4) for x in curve[::25]]
         cpu[f"{name}/{seed}"] = round(sec, 1)
-    save_file(state, str(out / WEIGHTS))
     meta = {"archs": {n: a.to_dict() for n, a in archs.items()}, "seeds": list(spec.seeds),
             "curve_every": 25, "curves": curves, "train_cpu_seconds": cpu,
             "params": {n: n_params(m) for n, m in load_variants_like(archs).items()},
             "active": {n: active_params(m) for n, m in load_variants_like(archs).items()},
             "corpus": json.loads(json.dumps(spec.corpus))}
-    (out / META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    artifacts.write_files(out, WEIGHTS, state, {META: meta}, indent=1)
     models, _ = load_variants(out)
     val = encode_examples(tok, corpus.val)
     fams = [e.family for e in corpus.val]
     quality = {f"val ppl {n}": round(sum(score(m, val, fams)["ppl"] for m in ms.values()) / len(ms), 4)
                for n, ms in models.items()}
     quality["train cpu seconds"] = round(sum(cpu.values()), 1)
-    digest = hashlib.sha256("\n".join(corpus.texts("train")).encode()).hexdigest()
+    digest = artifacts.sha256_hex("\n".join(corpus.texts("train")).encode())
     return artifacts.BuildResult(quality=quality, data_hash=digest)
 
 

@@ -48,6 +48,7 @@ class Config(ScaledConfig):
     }
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.alphas = tuple(float(a) for a in self.alphas)
         self.tol_bits = tuple(int(b) for b in self.tol_bits)
         if not 1 <= int(self.n_seeds) <= 5:

@@ -1,15 +1,14 @@
-"""Loading the trained variants from their checked artifact (``artifacts/memoryllm-variants/``).
+"""The trained variants' checked artifact (``artifacts/memoryllm-variants/``): its name, files
+and models.
 
 Kept apart from the recipe (:mod:`minirepro.papers.memoryllm.artifact`), whose code is
-hashed into the manifest: loading code can change without a rebuild.
+hashed into the manifest: loading code can change without a rebuild. The loading itself is
+:mod:`minirepro.core.artifacts.loading`.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-from safetensors.torch import load_file
 
 from minirepro.core import artifacts
 from minirepro.core.lm.bpe import load_bpe
@@ -22,30 +21,26 @@ META = "variants.json"
 
 def artifact_folder() -> Path:
     """The verified artifact folder (the committed copy, else a rebuilt one in the cache)."""
-    return artifacts.verified_folder(NAME)
+    return artifacts.folder_of(NAME)
 
 
 def load_meta(folder: Path | None = None) -> dict:
     """Architectures, seeds, corpus config and training curves of every variant."""
-    folder = Path(folder) if folder is not None else artifact_folder()
-    return json.loads((folder / META).read_text(encoding="utf-8"))
+    return artifacts.read_json(NAME, META, folder)
 
 
 def load_variants(folder: Path | None = None) -> tuple[dict[str, dict[int, MemoryLM]], dict]:
     """``({variant: {seed: model}}, meta)``: float32, eval mode, frozen."""
-    folder = Path(folder) if folder is not None else artifact_folder()
-    meta = load_meta(folder)
-    state = load_file(str(folder / WEIGHTS))
+    folder = artifacts.folder_of(NAME, folder)
+    meta, state = load_meta(folder), artifacts.read_weights(NAME, WEIGHTS, folder)
     out: dict[str, dict[int, MemoryLM]] = {}
     for name, arch in meta["archs"].items():
         for seed in meta["seeds"]:
-            m = MemoryLM(Arch(**arch))
-            prefix = f"{name}/{seed}/"
-            m.load_state_dict({k[len(prefix):]: v.float() for k, v in state.items() if k.startswith(prefix)})
-            out.setdefault(name, {})[int(seed)] = m.eval().requires_grad_(False)
+            model = artifacts.frozen(MemoryLM(Arch(**arch)), state, prefix=f"{name}/{seed}/")
+            out.setdefault(name, {})[int(seed)] = model
     return out, meta
 
 
 def load_tokenizer(folder: Path | None = None):
     """The BPE tokenizer the variants were trained with (``tokenizer.json``)."""
-    return load_bpe(Path(folder) if folder is not None else artifact_folder())
+    return load_bpe(artifacts.folder_of(NAME, folder))

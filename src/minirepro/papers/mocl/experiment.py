@@ -71,11 +71,12 @@ class Config(ScaledConfig):
     }
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.benchmark not in ("permuted", "split"):
             raise ValueError(f"benchmark must be 'permuted' or 'split', got {self.benchmark!r}")
         if self.benchmark == "split" and self.n_tasks > 5:
             self.n_tasks = 5
-        for name in ("n_seeds", "n_tasks", "epochs", "batch_size", "n_memory"):
+        for name in ("epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.lr <= 0:

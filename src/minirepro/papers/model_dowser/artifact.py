@@ -8,14 +8,11 @@ fp16 safetensors and the training curve. Re-make with
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 
 from minirepro.core import artifacts, set_seed
 from minirepro.papers.model_dowser.data import (
@@ -66,26 +63,18 @@ def build_mllm(spec: PretrainRecipe, out: Path) -> artifacts.BuildResult:
     gen = torch.Generator().manual_seed(spec.seed)
     x, y = split_digits("train")
     model = TinyMLLM(**ARCH)
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, spec.lr, total_steps=spec.steps, pct_start=0.1)
+    opt, sched = artifacts.one_cycle_adamw(model, spec.lr, spec.steps, spec.weight_decay)
     curve: dict = {"every": 50, "loss": []}
     losses = []
     for step in range(spec.steps):
         idx = torch.randint(0, len(y), (spec.image_batch,), generator=gen)
         loss = pretrain_loss(model, x[idx], y[idx], gen, spec.text_batch)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
+        losses.append(artifacts.clipped_step(model, opt, sched, loss))
         if (step + 1) % curve["every"] == 0:
             curve["loss"].append(round(sum(losses) / len(losses), 4))
             losses = []
-    state = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(out / WEIGHTS))
-    (out / CURVE).write_text(json.dumps(curve) + "\n", encoding="utf-8")
+    artifacts.write_files(out, WEIGHTS, artifacts.float16_state(model), {CURVE: curve})
     loaded = load_model(out)
     quality = {f"test accuracy {t}": round(accuracy(loaded, b), 4) for t, b in upstream_sets("test").items()}
-    digest = hashlib.sha256(x.numpy().tobytes() + y.numpy().tobytes()).hexdigest()
+    digest = artifacts.sha256_hex(x.numpy().tobytes(), y.numpy().tobytes())
     return artifacts.BuildResult(quality=quality, data_hash=digest)

@@ -55,6 +55,7 @@ class Config(ScaledConfig):
     sweep_seeds: int = 1
     n_test: int = 0
     methods: tuple[str, ...] = METHODS
+    ZERO_COUNTS: ClassVar = ("n_test",)  # n_test = 0: every test prompt (EvalSets.build)
     PRESETS: ClassVar = {
         "smoke": {"ft_steps": 20, "batch_size": 32, "n_seeds": 1, "n_prompts": 16, "n_probes": 2,
                   "n_test": 150, "methods": tuple(m for m in METHODS if m != "LoRA"), "sweep_fractions": (0.1, 1.0), "sweep_methods": ("Model-Dowser",)},

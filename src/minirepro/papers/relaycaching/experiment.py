@@ -107,12 +107,12 @@ class Config(ScaledConfig):
     }
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.task not in ("chat", "corpus"):
             raise ValueError(f"task must be 'chat' or 'corpus', got {self.task!r}")
         if self.task == "chat" and not self.model_name:
             raise ValueError("task 'chat' needs a chat model (model_name, e.g. 'smollm2-135m')")
-        for name in ("n_seeds", "n_items", "n_calib", "n_sweep", "n_phase", "n_timing",
-                     "timing_repeats", "max_new_tokens"):
+        for name in ("timing_repeats", "max_new_tokens"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("budget", "cacheblend_ratio"):

@@ -9,7 +9,6 @@ the same Adam budget from the same faiss RQ start, exactly as a live run of
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -18,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 
 from minirepro.core import artifacts
 
@@ -103,7 +101,7 @@ def _job(args: tuple) -> dict:
     return {"job": (method, ds, seed, M), "state": {k: v.detach().contiguous() for k, v in q.state_dict().items()},
             "curve": [round(float(v), 5) for v in blocks.mean(1)], "first_loss": round(losses[0], 5),
             "db_mse": err[method], "db_mse_rq": err["RQ"], "cpu": time.process_time() - t0,
-            "data": hashlib.sha256(np.ascontiguousarray(splits.train, dtype=np.float32).tobytes()).hexdigest()}
+            "data": artifacts.sha256_hex(np.ascontiguousarray(splits.train, dtype=np.float32).tobytes())}
 
 
 @artifacts.recipe(NAME, config=QuantizersRecipe(),
@@ -122,9 +120,8 @@ def build_quantizers(spec: QuantizersRecipe, out: Path) -> artifacts.BuildResult
         state.update({key(method, ds, seed, M) + k: v for k, v in r["state"].items()})
         nets[key(method, ds, seed, M)] = {k: r[k] for k in ("curve", "first_loss", "db_mse", "db_mse_rq")} | {
             "method": method, "dataset": ds, "seed": seed, "M": M, "cpu_seconds": round(r["cpu"], 1)}
-    save_file(state, str(out / WEIGHTS))
     meta = {"recipe": json.loads(json.dumps(asdict(spec))), "curve_every": CURVE_EVERY, "networks": nets}
-    (out / META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    artifacts.write_files(out, WEIGHTS, state, {META: meta}, indent=1)
     quality = {}
     for ds in spec.datasets:
         for method in ("RQ-MoE", "QINCo"):
@@ -132,5 +129,5 @@ def build_quantizers(spec: QuantizersRecipe, out: Path) -> artifacts.BuildResult
                    if n["method"] == method and n["dataset"] == ds and n["M"] == spec.M]
             quality[f"db mse / RQ {method} {ds}"] = round(float(np.mean(rel)), 4)
     quality["train cpu seconds"] = round(sum(r["cpu"] for r in done), 1)
-    digest = hashlib.sha256("".join(sorted({r["data"] for r in done})).encode()).hexdigest()
+    digest = artifacts.sha256_hex("".join(sorted({r["data"] for r in done})).encode())
     return artifacts.BuildResult(quality=quality, data_hash=digest)

@@ -70,9 +70,10 @@ class Config(ScaledConfig):
     }
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.K < 2 or self.K & (self.K - 1):
             raise ValueError(f"K must be a power of two >= 2, got {self.K}")
-        for name in ("M", "steps", "n_train", "n_experts", "n_seeds"):
+        for name in ("M", "steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.eval_seed is not None and not 0 <= int(self.eval_seed) < 2**32:

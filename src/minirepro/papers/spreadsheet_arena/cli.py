@@ -15,23 +15,15 @@ import signal
 import sys
 from pathlib import Path
 
+from minirepro.core.cli import UsageError, run, subcommands
+
 DEFAULT_DB = "arena.sqlite"
 # Kept in step with app.py and store.py (imported lazily there, so --help stays quick).
 MAX_OPEN_PER_CLIENT, MAX_OPEN_PER_ADDRESS, SECRET_ENV = 20, 2000, "MINIREPRO_ARENA_SECRET"
 
 
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not argparse's usage block
-        raise _UsageError(message)
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="minirepro arena", description="The SpreadsheetArena chapter's local arena.")
-    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    p, sub = subcommands("minirepro arena", "The SpreadsheetArena chapter's local arena.")
     s = sub.add_parser("serve", help="start the web app on this machine")
     s.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000, help="TCP port; 0 picks a free one")
@@ -57,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
 def _existing_db(path: str) -> Path:
     p = Path(path)
     if not p.is_file():
-        raise _UsageError(f"no vote database at {p} (start one with `minirepro arena serve --db {p}`)")
+        raise UsageError(f"no vote database at {p} (start one with `minirepro arena serve --db {p}`)")
     return p
 
 
@@ -65,20 +57,20 @@ def _serve(args: argparse.Namespace) -> int:
     from minirepro.papers.spreadsheet_arena.app import create_app, make_arena_server
 
     if not 0 <= args.port <= 65535:
-        raise _UsageError(f"--port must be in 0..65535, got {args.port}")
+        raise UsageError(f"--port must be in 0..65535, got {args.port}")
     if args.seed < 0 or args.prompts < 1:
-        raise _UsageError("--seed must be >= 0 and --prompts >= 1")
+        raise UsageError("--seed must be >= 0 and --prompts >= 1")
     if args.max_open_per_address < 1:
-        raise _UsageError(f"--max-open-per-address must be >= 1, got {args.max_open_per_address}")
+        raise UsageError(f"--max-open-per-address must be >= 1, got {args.max_open_per_address}")
     try:
         app = create_app(args.db, seed=args.seed, n_per_category=args.prompts,
                          max_open_per_address=args.max_open_per_address, secret_file=args.secret_file)
     except (ValueError, OSError) as exc:
-        raise _UsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     try:
         server = make_arena_server(args.host, args.port, app, threaded=True)
     except OSError as exc:
-        raise _UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
 
     def stop(*_):
         raise KeyboardInterrupt
@@ -108,7 +100,7 @@ def _export(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.out)
     if not out.parent.is_dir():
-        raise _UsageError(f"folder {out.parent} does not exist")
+        raise UsageError(f"folder {out.parent} does not exist")
     n = store.export_csv(out)
     print(f"wrote {n} votes to {out}", file=sys.stderr)
     return 0
@@ -121,7 +113,7 @@ def _leaderboard(args: argparse.Namespace) -> int:
     from minirepro.papers.spreadsheet_arena.store import VoteStore
 
     if args.n_boot < 1:
-        raise _UsageError(f"--n-boot must be positive, got {args.n_boot}")
+        raise UsageError(f"--n-boot must be positive, got {args.n_boot}")
     df = VoteStore(_existing_db(args.db)).votes()
     if len(df) == 0:
         print("no votes yet")
@@ -135,17 +127,7 @@ def _leaderboard(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``minirepro arena``; returns the exit status (2 on bad input)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = _parser().parse_args(argv)
-        if args.command is None:
-            raise _UsageError("choose a command: serve, export or leaderboard")
-        return {"serve": _serve, "export": _export, "leaderboard": _leaderboard}[args.command](args)
-    except _UsageError as exc:
-        print(f"minirepro arena: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+    return run(_parser(), {"serve": _serve, "export": _export, "leaderboard": _leaderboard}, argv)
 
 
 if __name__ == "__main__":

@@ -62,10 +62,6 @@ class Config(ScaledConfig):
     cycle: float = 0.5  # misspecified voters: logits of the intransitive cycle
     votes_csv: str | None = None  # a `minirepro arena export` CSV of real votes to analyse
 
-    def __post_init__(self) -> None:
-        if self.n_misspec < 1:
-            raise ValueError(f"n_misspec must be >= 1, got {self.n_misspec}")
-
     @property
     def misspec_seeds(self) -> list[int]:
         """The misspecified arms' arenas: ``seed .. seed + n_misspec - 1`` (each on its own stream)."""

@@ -51,10 +51,6 @@ class Config(ScaledConfig):
                  "rank": 31, "hidden": 256, "steps": 3000, "n_train": 8192, "batch_size": 512},
     }
 
-    def __post_init__(self) -> None:
-        if self.n_seeds < 1:
-            raise ValueError(f"n_seeds must be >= 1, got {self.n_seeds}")
-
 
 @dataclass
 class Experiment:

@@ -8,14 +8,11 @@ stores fp16 safetensors. Re-make with ``minirepro artifacts build tasm-icl-trans
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 
 from minirepro.core import artifacts, set_seed
 from minirepro.papers.tasm.data import FORMATS, ITEM, N_PATCH, make_episodes, split_digits
@@ -84,8 +81,7 @@ def build_icl_transformer(spec: ICLRecipe, out: Path) -> artifacts.BuildResult:
     weights and the curve."""
     set_seed(spec.seed)
     model = ICLTransformer(**ARCH)
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, spec.lr, total_steps=spec.steps, pct_start=0.1)
+    opt, sched = artifacts.one_cycle_adamw(model, spec.lr, spec.steps)
     curve: dict = {"every": 50, "loss": [], **{f"acc {f}": [] for f in spec.formats}}
     run = {f: [] for f in spec.formats}
     losses = []
@@ -93,25 +89,18 @@ def build_icl_transformer(spec: ICLRecipe, out: Path) -> artifacts.BuildResult:
         fmt = spec.formats[step % len(spec.formats)]
         ep = make_episodes(spec.batch, spec.n_way, spec.k_shot, DATA_SEED + step, "train")
         loss, acc = episode_loss(model, ep, fmt, spec.aux)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
+        losses.append(artifacts.clipped_step(model, opt, sched, loss))
         run[fmt].append(acc.item())
         if (step + 1) % 50 == 0:
             curve["loss"].append(round(sum(losses) / len(losses), 4))
             for f in spec.formats:
                 curve[f"acc {f}"].append(round(sum(run[f]) / max(len(run[f]), 1), 4))
             losses, run = [], {f: [] for f in spec.formats}
-    state = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(out / WEIGHTS))
-    (out / CURVE).write_text(json.dumps(curve) + "\n", encoding="utf-8")
+    artifacts.write_files(out, WEIGHTS, artifacts.float16_state(model), {CURVE: curve})
     loaded = load_model(out)
     quality = {f"held-out accuracy {f}": round(full_context_accuracy(
         loaded, spec.eval_episodes, 999, f, spec.n_way, spec.k_shot), 4) for f in FORMATS}
     quality["training formats"] = ",".join(spec.formats)
     imgs, y = split_digits("train")
-    digest = hashlib.sha256(imgs.tobytes() + y.tobytes() + str(DATA_SEED).encode()).hexdigest()
+    digest = artifacts.sha256_hex(imgs.tobytes(), y.tobytes(), str(DATA_SEED).encode())
     return artifacts.BuildResult(quality=quality, data_hash=digest)

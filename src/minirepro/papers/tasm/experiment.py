@@ -57,11 +57,10 @@ class Config(ScaledConfig):
                                              "ratios": (0.05, 0.1, 0.2, 0.3, 0.5, 0.75)}}
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.ratios = tuple(check_ratio(r) for r in self.ratios)
         if not self.formats or any(f not in FORMATS for f in self.formats):
             raise ValueError(f"formats must be a non-empty subset of {FORMATS}, got {self.formats}")
-        if self.n_seeds < 1 or self.n_episodes < 1:
-            raise ValueError("n_seeds and n_episodes must be positive")
         if self.n_way < 2 or self.k_shot < 1:
             raise ValueError("need n_way >= 2 and k_shot >= 1 (an empty demonstration set is refused)")
         if not 0.0 < self.gate_rate < 1.0:

@@ -8,13 +8,9 @@ Re-make with ``minirepro artifacts build tasm-icl-spread``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 from minirepro.core import artifacts, set_seed
 from minirepro.papers.tasm.artifact import DATA_SEED, episode_loss, full_context_accuracy
@@ -45,19 +41,13 @@ def train_spread(spec: SpreadRecipe) -> tuple[SpreadICLTransformer, dict]:
     step (the recipe of ``tasm-icl-transformer``, other model). Returns the model and its curve."""
     set_seed(spec.seed)
     model = SpreadICLTransformer(radius=spec.radius, **{**SPREAD_ARCH, "layers": spec.layers, "local": spec.local})
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, spec.lr, total_steps=spec.steps, pct_start=0.1)
+    opt, sched = artifacts.one_cycle_adamw(model, spec.lr, spec.steps)
     curve: dict = {"every": 50, "loss": [], f"acc {SPREAD_FORMAT}": []}
     losses, accs = [], []
     for step in range(spec.steps):
         ep = make_episodes(spec.batch, spec.n_way, spec.k_shot, DATA_SEED + step, "train")
         loss, acc = episode_loss(model, ep, SPREAD_FORMAT, spec.aux)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
+        losses.append(artifacts.clipped_step(model, opt, sched, loss))
         accs.append(acc.item())
         if (step + 1) % 50 == 0:
             curve["loss"].append(round(sum(losses) / len(losses), 4))
@@ -77,15 +67,11 @@ def train_spread(spec: SpreadRecipe) -> tuple[SpreadICLTransformer, dict]:
 def build_spread_transformer(spec: SpreadRecipe, out: Path) -> artifacts.BuildResult:
     """[reconstruction] Train the spread learner; store fp16 weights, the curve and its held-out
     full-context accuracy."""
-    from safetensors.torch import save_file
-
     model, curve = train_spread(spec)
-    state = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(out / SPREAD_WEIGHTS))
-    (out / CURVE).write_text(json.dumps(curve) + "\n", encoding="utf-8")
+    artifacts.write_files(out, SPREAD_WEIGHTS, artifacts.float16_state(model), {CURVE: curve})
     loaded = load_spread_model(out)
     quality = {f"held-out accuracy {SPREAD_FORMAT}": round(full_context_accuracy(
         loaded, spec.eval_episodes, 999, SPREAD_FORMAT, spec.n_way, spec.k_shot), 4)}
     imgs, y = split_digits("train")
-    digest = hashlib.sha256(imgs.tobytes() + y.tobytes() + str(DATA_SEED).encode()).hexdigest()
+    digest = artifacts.sha256_hex(imgs.tobytes(), y.tobytes(), str(DATA_SEED).encode())
     return artifacts.BuildResult(quality=quality, data_hash=digest)

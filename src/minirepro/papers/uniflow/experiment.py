@@ -62,11 +62,11 @@ class Config(ScaledConfig):
     }
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         bad = [m for m in self.methods if m not in METHODS]
         if bad:
             raise ValueError(f"unknown methods {bad}; expected some of {', '.join(METHODS)}")
-        for name in ("clients_per_modality", "n_train", "n_test", "rank", "rounds", "lora_steps",
-                     "batch_size", "n_seeds"):
+        for name in ("clients_per_modality", "rank", "rounds", "lora_steps", "batch_size"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.proj_steps < 0:
