@@ -218,13 +218,20 @@ def test_every_chapter_config_checks_its_counts():
 
     for chapter in discover():
         config = chapter.config_class()
-        if config is None or config.__module__.startswith("minirepro.papers.tbpo"):
-            continue  # tbpo's configs check their own counts
+        if config is None:
+            continue
         counts = [f.name for f in dataclasses.fields(config) if f.name.startswith("n_")]
         assert issubclass(config, ScaledConfig)
         name = next(n for n in counts if n not in config.ZERO_COUNTS)
         with pytest.raises(ValueError, match=f"{name} must be >= 1, got 0"):
             config.preset("smoke", **{name: 0})
+
+
+def test_tbpo_lm_setting_config_checks_its_counts():
+    from minirepro.papers.tbpo.lm_setting import LMSettingConfig
+
+    with pytest.raises(ValueError, match="n_prompts must be >= 1, got 0"):
+        LMSettingConfig.preset("smoke", n_prompts=0)
 
 
 def test_from_params_maps_notebook_parameters_named_as_fields():

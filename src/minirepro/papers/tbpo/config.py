@@ -71,10 +71,11 @@ class Config(ScaledConfig):
     }
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_methods(self.methods, self.tbpo_member)
         if self.labels not in LABELS:
             raise ValueError(f"labels must be one of {LABELS}, got {self.labels!r}")
-        for name in ("n_pairs", "steps", "batch_size", "eval_every", "n_eval", "n_seeds", "fit_steps"):
+        for name in ("steps", "batch_size", "eval_every", "fit_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 

@@ -66,13 +66,13 @@ class LMSettingConfig(ScaledConfig):
     }
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not isinstance(self.model_name, str) or not self.model_name.strip():
             raise ValueError(f"model_name must be a non-empty string, got {self.model_name!r}")
         if self.topic not in TOPICS:
             raise ValueError(f"topic must be one of {list(TOPICS)}, got {self.topic!r}")
         check_methods(self.methods, self.tbpo_member)
-        for name in ("n_prompts", "max_new_tokens", "n_pairs", "steps", "batch_size", "n_eval",
-                     "eval_every", "n_seeds"):
+        for name in ("max_new_tokens", "steps", "batch_size", "eval_every"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not self.beta > 0:
