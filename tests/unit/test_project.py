@@ -184,3 +184,19 @@ def test_no_function_is_over_60_lines():
     assert not new, f"functions over 60 lines: split them into named steps: {new}"
     stale = sorted(LONG_FUNCTIONS_ALLOWED - set(long))
     assert not stale, f"no longer over 60 lines (or gone): take them off LONG_FUNCTIONS_ALLOWED: {stale}"
+
+
+def test_readme_first_screen_shows_every_package_of_the_tree():
+    """README's Architecture block (its first screen) names each package and top-level module of
+    ``src/minirepro`` (a new one that is not described there fails), and the flow."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Architecture")
+    assert start < text.index("## Two commands"), "the architecture comes first"
+    block = text[start:text.index("## Two commands")]
+    src = ROOT / "src" / "minirepro"
+    names = [p.name + "/" for p in src.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    names += [p.name for p in src.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    missing = [n for n in sorted(names) if n not in block]
+    assert not missing, f"README's Architecture block does not name {missing}"
+    assert "papers/<method>/" in block and "chapter" in block and "→ **run/**" in block
+    assert "→ **claims/**" in block and "→ the **book**" in block
