@@ -1,9 +1,11 @@
-"""Shared fixtures: a toy book with one tiny chapter, for runner and CLI tests."""
+"""The unit stage: hypothesis profiles, and the fixtures shared with the integration stage
+(tests/fixtures.py: the toy book, the pretrained model converted once per run, its tiny
+stand-in)."""
 
 from __future__ import annotations
 
 import os
-import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,20 +32,5 @@ def pytest_report_header(config: pytest.Config) -> str:
            if settings.default.derandomize else f"random search, seed {seed if seed is not None else 'new each run'}")
     return f"hypothesis profile {HYPOTHESIS_PROFILE!r}: {how}"
 
-DATA = Path(__file__).parent / "data"
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def toy_book(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A throwaway book root holding ``notebooks/01-toy/toy.md``; MINIREPRO_ROOT points at it
-    and it is the working directory, so runs land in its ``runs/`` (runs go to the current
-    folder's ``runs/``)."""
-    (tmp_path / "notebooks" / "01-toy").mkdir(parents=True)
-    shutil.copy(DATA / "toy.md", tmp_path / "notebooks" / "01-toy" / "toy.md")
-    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MINIREPRO_ROOT", str(tmp_path))
-    monkeypatch.delenv("MINIREPRO_SCALE", raising=False)
-    monkeypatch.setenv("TQDM_DISABLE", "1")
-    return tmp_path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared fixtures
+from fixtures import DATA, ROOT, smollm2, tiny_gguf, toy_book  # noqa: E402, F401

