@@ -1,4 +1,9 @@
-"""``minirepro book -j N``: notebooks executed in parallel into the cache, then one Sphinx build."""
+"""``minirepro book -j N``: notebooks executed in parallel into the cache, then one Sphinx build.
+
+The integration stage: whole Jupyter Book builds of a toy book. The serial and the parallel
+smoke builds that two tests compare are made once for the module (``smoke_builds``); they
+cannot be the smoke stage's build, which is the real book built once, in parallel only.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fixtures import DATA
 
 from minirepro import book
+
+pytestmark = pytest.mark.integration
 
 FRONT = """---
 jupytext:
@@ -165,7 +173,7 @@ def smoke_builds(tmp_path_factory):
     """
     root = tmp_path_factory.mktemp("book")
     (root / "notebooks" / "01-toy").mkdir(parents=True)
-    shutil.copy(Path(__file__).parent / "data" / "toy.md", root / "notebooks" / "01-toy" / "toy.md")
+    shutil.copy(DATA / "toy.md", root / "notebooks" / "01-toy" / "toy.md")
     _toy_book_with_pages(root)
     toy = root / "notebooks" / "01-toy" / "toy.md"
     toy.write_text(toy.read_text().replace("import numpy as np\n",
