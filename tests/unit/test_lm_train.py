@@ -372,6 +372,7 @@ def test_the_recorded_copy_model_learned_to_copy():
     assert curve["eval_step"] == [0, 400, 800]
     assert curve["val_copy_acc"][0] == 0.0 and curve["val_copy_acc"][-1] >= claim["final_val_copy_acc"]
     assert curve["train_loss_first_last"][1] < curve["train_loss_first_last"][0]
+    assert build.meets_claim(rec)
     corpus_cfg, _, _ = build.recipe()
     now = build.measure(load_lm(COPY_DIR), load_bpe(COPY_DIR), build_corpus(corpus_cfg))
     shipped = rec["shipped_float16"]

@@ -108,5 +108,20 @@ def build(out: Path = HERE) -> dict:
     return record
 
 
+def meets_claim(record: dict) -> bool:
+    """Whether a build reached what the recipe is claimed to reach (on its shipped weights)."""
+    got = record["shipped_float16"]
+    return (record["curve"]["val_copy_acc"][0] == 0.0
+            and got["val_copy_acc"] >= CLAIM["final_val_copy_acc"]
+            and got["best_prefix_score"] > CLAIM["best_prefix_score"]
+            and got["best_prev_score"] > CLAIM["best_prev_score"])
+
+
 if __name__ == "__main__":
-    print(json.dumps(build(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE), indent=1))
+    # with a folder argument: a fresh build there (the recipe re-run as a check; exit 1 if it
+    # falls short of the claim). Note: under ATEN_CPU_CAPABILITY=default the recipe ends with
+    # a best prefix-matching score of 0.17: whether the circuit forms in 800 steps depends on
+    # the kernels; the record states the kernels it was trained with.
+    rec = build(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE)
+    print(json.dumps(rec, indent=1))
+    sys.exit(0 if meets_claim(rec) else 1)
