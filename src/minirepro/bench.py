@@ -15,7 +15,11 @@ Python: papermill, then a fresh kernel). Recorded per cell:
   subreaper (Linux ``PR_SET_CHILD_SUBREAPER``; ``subreaper`` in the record says whether
   it could be): workers that outlive the kernel (joblib's pool) are re-parented to it
   rather than to init, and it waits for them (up to ``REAP_SECONDS``, then stops them)
-  before reading ``getrusage``, so their CPU time counts. The chapters run torch on one
+  before reading ``getrusage``, so their CPU time counts;
+- ``adopted_cpu_seconds``: the part of ``cpu_seconds`` spent by those descendants on
+  their own: ``RUSAGE_CHILDREN`` read right after the run returned and again after the
+  reap loop; the difference is the CPU time of every process reaped in between (a process's
+  own CPU time, whatever the load). The chapters run torch on one
   thread, so on a quiet machine CPU time is close to the wall time; on a
   loaded machine it is the better estimate of the quiet-machine cost, and a cell
   measured under load (load average above the core count) is judged by it;
@@ -76,6 +80,7 @@ try:
     out["folder"] = str(run.folder)
 except RunFailed as exc:
     out.update(ok=False, error=str(exc))
+before = resource.getrusage(resource.RUSAGE_CHILDREN)  # papermill and the kernel, reaped by the run
 reaped, stopped, deadline = 0, 0, time.monotonic() + float(reap_seconds)
 while True:  # wait for every adopted descendant; stop those still running at the deadline
     try:
@@ -99,6 +104,7 @@ out["descendants_reaped"], out["descendants_stopped"] = reaped, stopped
 kids, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
 out["children_maxrss_kb"] = kids.ru_maxrss
 out["cpu_seconds"] = kids.ru_utime + kids.ru_stime + me.ru_utime + me.ru_stime
+out["adopted_cpu_seconds"] = (kids.ru_utime + kids.ru_stime) - (before.ru_utime + before.ru_stime)
 print("BENCH " + json.dumps(out))
 """
 
@@ -190,6 +196,8 @@ def measure(chapter: str, scale: str, root: Path | None = None, cap: float | Non
                 peak_rss_mb=round(max(peak, maxrss) / 2**20, 0),
                 polled_kernel_rss_mb=round(peak / 2**20, 0), maxrss_mb=round(maxrss / 2**20, 0))
     cell.update({k: res[k] for k in ("subreaper", "descendants_reaped", "descendants_stopped") if k in res})
+    if res.get("adopted_cpu_seconds") is not None:
+        cell["adopted_cpu_seconds"] = round(res["adopted_cpu_seconds"], 2)
     if not res["ok"]:
         cell["error"] = res.get("error", "")[-300:]
     cell["over"] = is_over(cell)

@@ -85,6 +85,9 @@ def _lines(text: str, min_len: int) -> set[str]:
 # ------------------------------------------------------------------ the course pack
 def test_lab_all_builds_every_chapter_within_a_minute(pack):
     out, seconds = pack
+    # wall time: 19-25 s in 3 runs beside a CPU hog at load 9.3-9.6 on 2 cores, for 2.9-3.2 s of
+    # CPU (the child's, from RUSAGE_CHILDREN): 60 s holds there; the load-free measure would be
+    # that CPU time, which the `pack` fixture would have to record
     assert seconds < 60, f"lab --all took {seconds:.1f} s"
     for name in REGISTERED:
         assert (out / "student" / name / f"{name}.ipynb").is_file(), name

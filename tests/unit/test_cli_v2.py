@@ -152,7 +152,13 @@ def test_an_unreachable_scheduler_is_one_line_exit_2_within_seconds(toy_book, ca
                             "--scheduler", address], capsys)
     seconds = time.perf_counter() - t0
     assert f"cannot reach the Dask scheduler at {address}" in err, err
-    assert seconds < 10, f"took {seconds:.1f} s"
+    # refused or unresolvable fails at once, by the code's own report: the probe's message
+    # ("at ADDRESS: why"), not the client's after retrying until its connect timeout ("within 5s")
+    assert f"cannot reach the Dask scheduler at {address}: " in err and " within " not in err, err
+    # and a hang guard against dask's 30 s default. The first call in a process imports the
+    # sweep's modules (about 1 s of CPU): beside a CPU hog at load 6-9 on 2 cores it took
+    # 4.2-4.8 s (10 s was close), a warm call 0.04-0.07 s
+    assert seconds < 20, f"took {seconds:.1f} s"
     assert not (toy_book / "runs").exists()
 
 

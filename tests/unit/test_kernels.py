@@ -89,7 +89,8 @@ def test_a_finished_notebooks_kernel_and_its_children_are_stopped_at_once(tmp_pa
     from dateutil.parser import parse
 
     waited = parse(done.metadata.papermill["end_time"]) - parse(done.cells[0].metadata.papermill["end_time"])
-    assert waited.total_seconds() < 1.0, f"the kernel's teardown was waited for ({waited})"  # graceful: 2.6 s
+    # graceful: 2.6 s; killed: 0.03-0.19 s in 5 runs beside a CPU hog at load 8-10 on 2 cores
+    assert waited.total_seconds() < 1.0, f"the kernel's teardown was waited for ({waited})"
     child = int(done.cells[0].outputs[0]["text"])
     deadline = time.time() + 5
     while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:

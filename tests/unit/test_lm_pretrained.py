@@ -93,13 +93,14 @@ def test_the_cache_holds_the_conversion_and_its_manifest(smol):
 
 def test_a_second_load_reads_the_cache_and_gives_identical_logits(smol):
     before = pm.CONVERSIONS
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: the load's cost, not the machine's load
     model, tok = load_model(NAME)  # the chapters' resolver
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     assert pm.CONVERSIONS == before  # no conversion
     assert model is not smol.model  # a fresh model each call: chapters may edit weights
     assert torch.equal(_logits(model, tok), smol.logits)
-    assert seconds < 20, f"loading from the cache took {seconds:.1f} s"
+    # 0.9-1.3 s of CPU in 5 loads beside a CPU hog at load 9 on 2 cores (wall 6.1-7.4 s)
+    assert seconds < 20, f"loading from the cache cost {seconds:.1f} s of CPU"
 
 
 # ------------------------------------------------------------------ the cache, on a tiny stand-in
