@@ -34,7 +34,9 @@ help:
 # nor PIP_* variables, so pip's own settings (index URLs, find-links: where this machine's
 # CPU torch wheel comes from, the constraint file, the certificate) are passed on to it;
 # like pip, it takes the best match across all indexes. Both install exactly
-# requirements.lock, --no-deps (uv compiles no bytecode up front: Python does, on first import).
+# requirements.lock, --no-deps. --compile-bytecode, as pip does: where PYTHONDONTWRITEBYTECODE is
+# set (it is on this project's machines), nothing would ever be compiled, and every kernel and
+# subprocess would re-compile torch, pandas and matplotlib from source on each start.
 UV_VERSION := $(or $(shell sed -n 's/^uv==//p' requirements.lock),0.13.9)
 NO_UV ?=
 PIP_INSTALL := $(BIN)/python -m pip install -q --disable-pip-version-check --no-deps
@@ -43,7 +45,7 @@ $(STAMP): pyproject.toml requirements.lock
 	@echo "installing into $(VENV) (a minute or two the first time)"
 	@pipconf() { $(BIN)/python -m pip config list 2>/dev/null | sed -n "s/^[^.]*\.$$1='\(.*\)'$$/\1/p" | awk 'NR == 1' || true; }; \
 	uv_install() { \
-	    local args=(--python $(BIN)/python --no-deps --index-strategy unsafe-best-match) u cert; \
+	    local args=(--python $(BIN)/python --no-deps --compile-bytecode --index-strategy unsafe-best-match) u cert; \
 	    for u in $$(pipconf index-url); do args+=(--index-url "$$u"); done; \
 	    for u in $$(pipconf extra-index-url); do args+=(--extra-index-url "$$u"); done; \
 	    for u in $$(pipconf find-links); do args+=(--find-links "$$u"); done; \

@@ -1,4 +1,4 @@
-"""``minirepro bench``: time and peak memory (the kernel's included) per chapter and scale."""
+"""``minirepro bench`` (integration: each test times real notebook runs in a child process): time, CPU and peak memory (the kernel's included) per chapter and scale."""
 
 from __future__ import annotations
 
