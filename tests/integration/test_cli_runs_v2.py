@@ -39,7 +39,7 @@ from minirepro.run.progress import SweepProgress, enabled, run_line
 from minirepro.run.summary import compact_summary, headline_metric
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "unit" / "data"
 BIN = Path(sys.executable).parent
 
 
