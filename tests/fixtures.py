@@ -155,3 +155,18 @@ def use_tiny_smollm2(tiny: TinyGGUF, monkeypatch: pytest.MonkeyPatch | None = No
         monkeypatch.setitem(recipes._REGISTRY, SMOLLM2, rec)
         monkeypatch.setattr(pm, "gguf_path", gguf_path)
     return src
+
+
+def one_line_exit_2(argv: list[str], capsys) -> str:
+    """Run ``minirepro ARGV``; assert it exits 2 with one line on stderr (bad input is refused
+    before any work starts), and return that line."""
+    import sys
+
+    from minirepro.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        sys.exit(main(argv))
+    err = capsys.readouterr().err.strip()
+    assert info.value.code == 2, err
+    assert len(err.splitlines()) == 1, err
+    return err

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures import one_line_exit_2
 
 from minirepro.chapters import ChapterError, discover, get
 from minirepro.cli import main
@@ -68,13 +69,7 @@ def _pty(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
     return out.decode("utf-8", "replace"), os.waitstatus_to_exitcode(status)
 
 
-def _one_line_exit_2(argv: list[str], capsys) -> str:
-    with pytest.raises(SystemExit) as info:
-        sys.exit(main(argv))
-    err = capsys.readouterr().err.strip()
-    assert info.value.code == 2, err
-    assert len(err.splitlines()) == 1, err
-    return err
+_one_line_exit_2 = one_line_exit_2  # tests/fixtures.py
 
 
 # ---------------------------------------------------------------- 11: the papermill recipe

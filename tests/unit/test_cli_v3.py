@@ -26,6 +26,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixtures import one_line_exit_2
 
 from minirepro.cli import main
 from minirepro.run.summary import compact_summary
@@ -94,13 +95,7 @@ def seeded(toy_book: Path) -> Path:
     return toy_book
 
 
-def _one_line_exit_2(argv: list[str], capsys) -> str:
-    with pytest.raises(SystemExit) as info:
-        sys.exit(main(argv))
-    err = capsys.readouterr().err.strip()
-    assert info.value.code == 2, err
-    assert len(err.splitlines()) == 1, err
-    return err
+_one_line_exit_2 = one_line_exit_2  # tests/fixtures.py
 
 
 # ---------------------------------------------------------------- items 1, 2, 3: a smoke run

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fixtures import one_line_exit_2
 
 from minirepro.chapters import ChapterError, get
 from minirepro.cli import main
@@ -57,13 +58,7 @@ def runs(chapter: str = "sleepy") -> Path:
     return Path.cwd() / "runs" / chapter
 
 
-def exit_2_one_line(argv: list[str], capsys) -> str:
-    with pytest.raises(SystemExit) as info:
-        sys.exit(main(argv))
-    err = capsys.readouterr().err.strip()
-    assert info.value.code == 2, err
-    assert len(err.splitlines()) == 1, err
-    return err
+exit_2_one_line = one_line_exit_2  # tests/fixtures.py
 
 
 # ---------------------------------------------------------------- item 1: values out of range
